@@ -1,0 +1,1 @@
+"""The I/O edges: one module per library the proxy talks through."""

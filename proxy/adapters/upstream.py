@@ -1,0 +1,165 @@
+"""The upstream HTTP client: one pooled aiohttp session to the OpenAI-compatible server.
+
+Why aiohttp and not httpx: the client runs once per proxied request, so its CPU cost is the
+proxy's floor. Measured side by side (`bench/http_client.py`, results in `bench/README.md`),
+aiohttp costs about a third of httpx over aiohttp's own transport and a twentieth of plain
+httpx, whose pool also collapses under concurrency (encode/httpx#3215).
+
+What the proxy needs from it, and how each is met:
+
+- Bytes untouched: `auto_decompress=False`, so a gzip body is relayed as gzip with its
+  `content-encoding`; aiohttp's automatic headers (`User-Agent`, `Accept`,
+  `Accept-Encoding`) are suppressed unless the client sent them itself.
+- No state shared between clients: a dummy cookie jar, so a cookie one client's request
+  earned is never sent with another's.
+- Streaming: the body is read in whatever chunks arrive (`iter_any`), never buffered.
+- Closing from a cancelled task: `UpstreamResponse.close()` is synchronous, so it still runs
+  when the client disconnects and the relay task is being cancelled.
+- Failures as the error tree: connection failures become `UpstreamUnreachableError` (502),
+  time-outs `UpstreamTimeoutError` (504).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import aiohttp
+from multidict import CIMultiDict
+
+from proxy.core.headers import Headers
+from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
+
+Body = bytes | AsyncIterable[bytes] | None
+
+# Headers aiohttp would add on its own; a transparent proxy sends only what the client sent.
+_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+
+ConnectorFactory = Callable[[], aiohttp.BaseConnector]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    """One request to the upstream; `path` is relative to `upstream.base_url`."""
+
+    method: str
+    path: str
+    query: str
+    headers: Headers
+    body: Body = None
+
+
+class UpstreamResponse:
+    """An upstream response whose body has not been read yet. Always `close()` it."""
+
+    def __init__(self, response: aiohttp.ClientResponse, *, base_url: str) -> None:
+        self._response = response
+        self._base_url = base_url
+        self.status = response.status
+        self.headers: Headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in response.raw_headers
+        ]
+
+    async def read(self) -> bytes:
+        """The whole body, as sent (still encoded if the upstream compressed it)."""
+        with _translate_errors(self._base_url):
+            return await self._response.read()
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        """The body in the chunks it arrives in; for relaying streams as they happen."""
+        with _translate_errors(self._base_url):
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+
+    def close(self) -> None:
+        """Give the connection back to the pool, or drop it if the body was not read."""
+        if self._response.content.at_eof():
+            self._response.release()
+        else:
+            # Unread body: the connection cannot be reused; closing it also tells the upstream
+            # to stop generating (it sees the disconnect), which is what a client that went
+            # away wants.
+            self._response.close()
+
+
+class Upstream:
+    """A pooled client for the upstream server at `base_url` (e.g. `https://api.openai.com/v1`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float,
+        max_connections: int = 1000,
+        connector_factory: ConnectorFactory | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        # sock_read bounds the wait for each next piece of data, not the whole response:
+        # a long stream that keeps producing is fine, a silent upstream is not.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=timeout_s, sock_read=timeout_s
+        )
+        self._max_connections = max_connections
+        self._connector_factory = connector_factory
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._session is not None and not self._session.closed
+
+    async def open(self) -> None:
+        """Create the connection pool; must run inside the event loop that will use it."""
+        if self._connector_factory is not None:
+            connector = self._connector_factory()
+        else:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            # Honour HTTP(S)_PROXY and NO_PROXY like every other HTTP client does.
+            trust_env=True,
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Send `request` and return once the response headers have arrived."""
+        if self._session is None:
+            raise RuntimeError("Upstream.open() has not been called")
+        url = f"{self.base_url}/{request.path}"
+        if request.query:
+            url = f"{url}?{request.query}"
+        headers = CIMultiDict(request.headers)
+        with _translate_errors(self.base_url):
+            response = await self._session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=request.body,
+                skip_auto_headers=[name for name in _AUTO_HEADERS if name not in headers],
+                allow_redirects=False,
+            )
+        return UpstreamResponse(response, base_url=self.base_url)
+
+
+@contextmanager
+def _translate_errors(base_url: str) -> Iterator[None]:
+    try:
+        yield
+    except TimeoutError as exc:  # aiohttp's time-outs subclass asyncio's, now the builtin
+        raise UpstreamTimeoutError(f"The upstream at {base_url} did not answer in time.") from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamUnreachableError(
+            f"The upstream at {base_url} could not be reached: {_reason(exc)}"
+        ) from exc
+
+
+def _reason(exc: aiohttp.ClientError) -> str:
+    return str(exc) or type(exc).__name__

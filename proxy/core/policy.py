@@ -1,0 +1,77 @@
+"""Context policy: the compaction settings that apply to one model.
+
+The settings layer converts the `context:` section and each `models:` entry into frozen
+`ContextPolicy` values once at startup; request handling only looks them up.
+
+Model names are matched case-insensitively (environment variables cannot keep case). A
+`models:` key is either an exact model name or a shell-style pattern (`gpt-4o*`, `*llama*`);
+an exact name wins, then the most specific pattern (the most non-wildcard characters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+Strategy = Literal["auto", "trim_tool_results", "clear_tool_results", "summarize", "truncate"]
+"""`auto` runs every layer cheapest first; the others run one layer alone."""
+
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+
+_WILDCARDS = frozenset("*?[]")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPolicy:
+    """How to keep one model's requests inside its window.
+
+    `context_window` is the model's total window in tokens (prompt and output together);
+    None means "not configured": the window is then detected or defaulted later.
+    """
+
+    context_window: int | None = None
+    output_reserved: int = 4096
+    strategy: Strategy = "auto"
+    keep_recent: int = 10
+    compression_trigger: float = 0.75
+    summary_max_tokens: int = 1024
+    auto_compact: bool = True
+
+    def replace(self, **changes: Any) -> ContextPolicy:
+        """A copy with `changes` applied (the keys a `models:` entry overrides)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPolicies:
+    """The default policy plus per-model overrides, looked up by model name."""
+
+    default: ContextPolicy = ContextPolicy()
+    overrides: Mapping[str, ContextPolicy] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        lowered = {name.lower(): policy for name, policy in self.overrides.items()}
+        object.__setattr__(self, "overrides", lowered)
+
+    def for_model(self, model: str | None) -> ContextPolicy:
+        """The policy for `model`: its exact entry, else its most specific pattern, else default."""
+        if not model:
+            return self.default
+        wanted = model.lower()
+        if wanted in self.overrides:
+            return self.overrides[wanted]
+        matches = [
+            (_specificity(name), policy)
+            for name, policy in self.overrides.items()
+            if _WILDCARDS & set(name) and fnmatch.fnmatchcase(wanted, name)
+        ]
+        if not matches:
+            return self.default
+        return max(matches, key=lambda match: match[0])[1]
+
+
+def _specificity(pattern: str) -> int:
+    return sum(1 for char in pattern if char not in _WILDCARDS)

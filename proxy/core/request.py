@@ -1,0 +1,76 @@
+"""Reading a chat completion request body.
+
+The body is parsed once into plain JSON data and kept whole: `ChatRequest.body` is the
+client's dict, unknown and vendor fields included (`top_k`, `reasoning_effort`, `metadata`),
+and the proxy forwards the client's original bytes whenever it changes nothing.
+
+Only what the proxy itself needs is checked here: the body is a JSON object with a
+`messages` array of objects. Everything else (a bad `model`, a wrong `temperature`) is the
+upstream's to judge, so its own error reaches the client exactly as it would directly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.errors import InvalidRequestError
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A parsed chat completion request; `raw` holds the exact bytes the client sent."""
+
+    raw: bytes
+    body: dict[str, Any]
+
+    @property
+    def model(self) -> str | None:
+        model = self.body.get("model")
+        return model if isinstance(model, str) else None
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self.body["messages"]
+        return messages
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    """Parse and minimally validate a chat completion body. Raises `InvalidRequestError`."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(
+            f"We could not parse the JSON body of your request: {exc}. "
+            "The body must be a JSON object."
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequestError(
+            f"The request body must be a JSON object, not a JSON {_json_kind(body)}."
+        )
+    messages = body.get("messages")
+    if messages is None:
+        raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages")
+    if not isinstance(messages, list):
+        raise InvalidRequestError(
+            f"Invalid type for 'messages': expected an array, but got a {_json_kind(messages)}.",
+            param="messages",
+        )
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequestError(
+                f"Invalid type for 'messages[{index}]': expected an object, "
+                f"but got a {_json_kind(message)}.",
+                param=f"messages[{index}]",
+            )
+    return ChatRequest(raw=raw, body=body)
+
+
+def _json_kind(value: object) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")

@@ -1,0 +1,85 @@
+"""The proxy's own errors, and how each one reads on the wire.
+
+Errors that come from the upstream are never rewritten: they are relayed with their status,
+body and headers as the provider sent them. The classes here are for what *we* reject or fail
+at, and each renders to the body shape every OpenAI SDK already parses::
+
+    {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+
+The tree::
+
+    ProxyError                       500 server_error
+    ├── InvalidRequestError          400 invalid_request_error
+    │   └── RequestTooLargeError     413 invalid_request_error / request_too_large
+    ├── UpstreamError                502 upstream_error
+    │   ├── UpstreamUnreachableError 502 upstream_error / upstream_unreachable
+    │   └── UpstreamTimeoutError     504 upstream_error / upstream_timeout
+    └── ConfigError                  (never on the wire: the CLI exits with code 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ProxyError(Exception):
+    """Base of every error the proxy raises itself."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def to_body(self) -> dict[str, Any]:
+        """The OpenAI-shaped error body for this error."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequestError(ProxyError):
+    """The client's request cannot be read (bad JSON, wrong shape)."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """The request body is over `server.max_body_bytes`."""
+
+    status_code = 413
+    default_code = "request_too_large"
+
+
+class UpstreamError(ProxyError):
+    """The upstream could not give an answer at all (as opposed to answering with an error)."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+
+class UpstreamUnreachableError(UpstreamError):
+    """Connecting to the upstream failed, or it dropped the connection before answering."""
+
+    default_code = "upstream_unreachable"
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """The upstream did not answer within `upstream.timeout_s`."""
+
+    status_code = 504
+    default_code = "upstream_timeout"
+
+
+class ConfigError(ProxyError):
+    """The configuration file or a value in it is invalid; names the key at fault."""

@@ -1,0 +1,199 @@
+"""Typed configuration: one `Settings` model, built once at startup.
+
+Sources, lowest precedence first (each overrides the keys it names, nested keys merge):
+
+1. the YAML file (`config/proxy.yaml` by default, `--config FILE` otherwise);
+2. environment variables: `COMPACTION_PROXY_` + the key path joined with `__`, e.g.
+   `COMPACTION_PROXY_UPSTREAM__API_KEY`; a whole mapping may be given as JSON
+   (`COMPACTION_PROXY_MODELS='{"gpt-4o": {"context_window": 128000}}'`);
+3. command-line flags (`--upstream`, `--redis`, `--host`, `--port`, `--log-level`).
+
+Unknown keys are errors, so a typo in the file is reported instead of silently ignored.
+Every problem surfaces as one `ConfigError` naming the key; the CLI turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import EnvSettingsSource
+
+from proxy.core.policy import ContextPolicy, ModelPolicies, Strategy
+from proxy.errors import ConfigError
+
+ENV_PREFIX = "COMPACTION_PROXY_"
+DEFAULT_CONFIG_PATH = Path("config/proxy.yaml")
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UpstreamSettings(_Section):
+    base_url: str = "https://api.openai.com/v1"
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+    max_connections: int = Field(default=1000, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class RedisSettings(_Section):
+    url: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        if value and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be empty or start with redis://, rediss:// or unix://")
+        return value
+
+
+class ContextSettings(_Section):
+    """Execution-level defaults for compaction; `models:` overrides them per model."""
+
+    context_window: int | None = Field(default=None, gt=0)
+    output_reserved: int = Field(default=4096, ge=0)
+    strategy: Strategy = "auto"
+    keep_recent: int = Field(default=10, ge=0)
+    compression_trigger: float = Field(default=0.75, gt=0, le=1)
+    summary_max_tokens: int = Field(default=1024, gt=0)
+    auto_compact: bool = True
+
+
+class ContextOverrides(_Section):
+    """The `context` keys a `models:` entry may override; unset keys inherit."""
+
+    context_window: int | None = Field(default=None, gt=0)
+    output_reserved: int | None = Field(default=None, ge=0)
+    strategy: Strategy | None = None
+    keep_recent: int | None = Field(default=None, ge=0)
+    compression_trigger: float | None = Field(default=None, gt=0, le=1)
+    summary_max_tokens: int | None = Field(default=None, gt=0)
+    auto_compact: bool | None = None
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+
+
+class LogSettings(_Section):
+    level: LogLevel = "info"
+
+
+class Settings(_Section):
+    upstream: UpstreamSettings = UpstreamSettings()
+    redis: RedisSettings = RedisSettings()
+    context: ContextSettings = ContextSettings()
+    models: dict[str, ContextOverrides] = {}
+    server: ServerSettings = ServerSettings()
+    log: LogSettings = LogSettings()
+
+    def model_policies(self) -> ModelPolicies:
+        """The `context` and `models` sections as the core's frozen value objects."""
+        default = ContextPolicy(**self.context.model_dump())
+        overrides = {
+            name: default.replace(**entry.model_dump(exclude_none=True))
+            for name, entry in self.models.items()
+        }
+        return ModelPolicies(default=default, overrides=overrides)
+
+
+def load_settings(
+    config_path: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build the settings from file, environment and `overrides` (highest precedence).
+
+    With `config_path` None the default path is read if it exists. Raises `ConfigError`.
+    """
+    data = _read_file(config_path)
+    data = _deep_merge(data, _read_environ(os.environ if environ is None else environ))
+    data = _deep_merge(data, dict(overrides or {}))
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc
+
+
+def _read_file(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.is_file():
+            return {}
+        path = DEFAULT_CONFIG_PATH
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, not a {_kind(data)}")
+    return data
+
+
+def _read_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    source = EnvSettingsSource(
+        Settings,  # type: ignore[arg-type]  # reads field names only; works on any model
+        case_sensitive=False,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+    )
+    # The source snapshots os.environ when built; point it at the mapping we were given.
+    source.env_vars = {key.lower(): value for key, value in environ.items()}
+    try:
+        return source()
+    except ValueError as exc:  # a JSON value that does not parse
+        raise ConfigError(f"environment variable with prefix {ENV_PREFIX}: {exc}") from exc
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(below, dict) and isinstance(value, dict):
+            merged[key] = _deep_merge(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line naming each bad key, e.g. `upstream.timeout_s: must be > 0 (got -1)`."""
+    parts = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        secret = any(word in key for word in _SECRET_WORDS)
+        got = "" if error["type"] == "missing" or secret else f" (got {error['input']!r})"
+        if error["type"] == "extra_forbidden":
+            parts.append(f"{key}: unknown key")
+        else:
+            parts.append(f"{key}: {error['msg']}{got}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+# Values of keys with these words are never echoed back in an error message.
+_SECRET_WORDS = ("api_key", "token", "password", "secret")
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__

@@ -1,0 +1,65 @@
+"""The application factory.
+
+I/O is passed in, never reached for: tests and embedders hand in their own `Upstream` or
+`Store`; by default both are built from the settings. They are opened in the app's lifespan,
+inside the event loop that serves requests, and closed when it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+
+from proxy import __version__
+from proxy.adapters.store import Store, open_store
+from proxy.adapters.upstream import Upstream
+from proxy.errors import ProxyError
+from proxy.service import ProxyService
+from proxy.settings import Settings
+from proxy.web import routes
+
+
+def create_app(
+    settings: Settings, *, upstream: Upstream | None = None, store: Store | None = None
+) -> FastAPI:
+    """The proxy as an ASGI app, configured by `settings`."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = upstream or Upstream(
+            settings.upstream.base_url,
+            timeout_s=settings.upstream.timeout_s,
+            max_connections=settings.upstream.max_connections,
+        )
+        sessions = store or open_store(settings.redis.url)
+        await client.open()
+        api_key = settings.upstream.api_key
+        app.state.service = ProxyService(
+            upstream=client,
+            store=sessions,
+            policies=settings.model_policies(),
+            upstream_api_key=api_key.get_secret_value() if api_key else None,
+        )
+        app.state.max_body_bytes = settings.server.max_body_bytes
+        try:
+            yield
+        finally:
+            await client.aclose()
+            await sessions.aclose()
+
+    # No generated docs: /docs and /openapi.json would describe nothing of the proxied API.
+    app = FastAPI(
+        title="compaction-proxy",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.add_exception_handler(ProxyError, routes.proxy_error)
+    app.add_exception_handler(HTTPException, routes.http_error)
+    app.include_router(routes.router)
+    return app

@@ -1,0 +1,132 @@
+"""Routes: translate HTTP into service calls and `Reply` values back into HTTP.
+
+No decisions live here beyond HTTP itself: reading the body within its size limit, and
+relaying a reply whole or as a stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import cast
+
+from fastapi import APIRouter, Request
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.errors import InvalidRequestError, ProxyError, RequestTooLargeError
+from proxy.service import Incoming, ProxyService, Reply
+
+router = APIRouter()
+
+_ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    raw = await _read_body(request, limit=cast(int, request.app.state.max_body_bytes))
+    reply = await _service(request).chat_completion(_incoming(request), raw)
+    return _respond(reply)
+
+
+@router.api_route("/v1/{path:path}", methods=_ALL_METHODS)
+async def passthrough(request: Request) -> Response:
+    reply = await _service(request).passthrough(_incoming(request), _body_stream(request))
+    return _respond(reply)
+
+
+@router.get("/healthz")
+async def healthz() -> JSONResponse:
+    """Liveness: the process serves HTTP."""
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: the upstream client and the store are usable."""
+    problems = await _service(request).readiness()
+    if problems:
+        return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+async def proxy_error(request: Request, exc: Exception) -> Response:
+    error = cast(ProxyError, exc)
+    return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 answers, in the OpenAI error shape clients parse."""
+    error = cast(HTTPException, exc)
+    body = InvalidRequestError(f"{request.method} {request.url.path}: {error.detail}").to_body()
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+
+
+def _service(request: Request) -> ProxyService:
+    return cast(ProxyService, request.app.state.service)
+
+
+def _incoming(request: Request) -> Incoming:
+    # The raw path keeps percent-escapes (`files/a%2Fb`) exactly as the client wrote them.
+    raw_path = cast(bytes, request.scope.get("raw_path") or request.url.path.encode())
+    path = raw_path.decode("latin-1").removeprefix("/v1/")
+    headers = [
+        (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw
+    ]
+    return Incoming(request.method, path, request.url.query, headers)
+
+
+async def _read_body(request: Request, *, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> RequestTooLargeError:
+    return RequestTooLargeError(
+        f"The request body is larger than this proxy accepts ({limit} bytes); "
+        "the limit is server.max_body_bytes."
+    )
+
+
+def _body_stream(request: Request) -> AsyncIterator[bytes] | None:
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+    return request.stream() if has_body else None
+
+
+def _respond(reply: Reply) -> Response:
+    if isinstance(reply.body, bytes):
+        response = Response(reply.body, status_code=reply.status)
+    else:
+        response = StreamingResponse(_relay(reply), status_code=reply.status)
+    # Set raw so repeated headers (set-cookie) and the upstream's order survive; the framework
+    # adds content-length for whole bodies and chunked transfer for streams.
+    extra = [
+        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in reply.headers
+    ]
+    response.raw_headers = [*extra, *_framework_headers(response)]
+    return response
+
+
+def _framework_headers(response: Response) -> list[tuple[bytes, bytes]]:
+    # Starlette adds content-length and a default content-type; keep only content-length
+    # (the upstream's content-type, if any, is already in the relayed headers).
+    return [(name, value) for name, value in response.raw_headers if name == b"content-length"]
+
+
+async def _relay(reply: Reply) -> AsyncIterator[bytes]:
+    assert not isinstance(reply.body, bytes)
+    try:
+        async for chunk in reply.body:
+            yield chunk
+    finally:
+        # Runs on normal end, on upstream failure, and when the client disconnects (Starlette
+        # cancels this generator): the upstream connection is dropped, so generation stops.
+        reply.close()

@@ -1,0 +1,53 @@
+"""Shared fixtures: a recording mock upstream on a real socket and the proxy in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from proxy.mock_upstream import MockUpstream
+from proxy.settings import Settings
+from proxy.web import create_app
+from tests.servers import serve
+
+
+@pytest.fixture
+def upstream() -> MockUpstream:
+    return MockUpstream()
+
+
+@pytest.fixture
+async def upstream_url(upstream: MockUpstream) -> AsyncIterator[str]:
+    """The mock upstream served by uvicorn on loopback, as an OpenAI base URL (`.../v1`)."""
+    async with serve(upstream.app) as base_url:
+        yield f"{base_url}/v1"
+
+
+def make_settings(upstream_url: str, **sections: dict[str, Any]) -> Settings:
+    return Settings.model_validate({"upstream": {"base_url": upstream_url}, **sections})
+
+
+@pytest.fixture
+def settings(upstream_url: str) -> Settings:
+    return make_settings(upstream_url)
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+    """The proxy app with its lifespan running (upstream client open, store ready)."""
+    application = create_app(settings)
+    async with LifespanManager(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client talking to the proxy in-process through ASGI."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+        yield http

@@ -1,0 +1,104 @@
+"""Real servers on loopback sockets, for tests where the wire itself matters."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+
+import httpx
+import uvicorn
+from uvicorn._types import ASGIApplication
+
+
+def _bound_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def free_port() -> int:
+    """A port that was free a moment ago (for servers we cannot hand a socket to)."""
+    with _bound_socket() as sock:
+        return int(sock.getsockname()[1])
+
+
+def _server(app: ASGIApplication) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app, log_level="warning", ws="none", lifespan="on", server_header=False, date_header=False
+    )
+    return uvicorn.Server(config)
+
+
+@asynccontextmanager
+async def serve(app: ASGIApplication) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn in this event loop; yields its base URL."""
+    sock = _bound_socket()
+    server = _server(app)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.005)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@contextmanager
+def serve_in_thread(app: ASGIApplication) -> Iterator[str]:
+    """Serve `app` with uvicorn on its own thread and loop, for synchronous clients."""
+    sock = _bound_socket()
+    server = _server(app)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.005)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@contextmanager
+def proxy_process(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run `compaction-proxy serve ARGS` as its own process; yields its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "proxy", "serve", "--port", str(port), *args]
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})})
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(process, base_url)
+        yield base_url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], base_url: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"compaction-proxy exited with {process.returncode}")
+        try:
+            if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("compaction-proxy did not become healthy")
