@@ -57,6 +57,7 @@ class Recorded:
 
     method: str
     path: str
+    raw_path: str
     query: str
     headers: list[tuple[str, str]]
     body: bytes
@@ -102,6 +103,7 @@ class MockUpstream:
         recorded = Recorded(
             method=request.method,
             path=request.url.path,
+            raw_path=request.scope["raw_path"].decode("latin-1"),
             query=request.url.query,
             headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw],
             body=await request.body(),
@@ -192,7 +194,7 @@ class _Completion:
         message: JSON = {"role": "assistant", "content": self.reply.content}
         if self.reply.tool_calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                {"id": c.id, "type": "function", "function": _function(c.name, c.arguments)}
                 for c in self.reply.tool_calls
             ]
         choice = {"index": 0, "message": message, "finish_reason": self._finish_reason()}
@@ -202,18 +204,25 @@ class _Completion:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         return {**self._base("chat.completion.chunk"), "choices": [choice]}
 
+    def _call_delta(self, call: JSON) -> JSON:
+        return self.delta({"tool_calls": [call]})
+
     def chunks(self) -> Iterator[JSON]:
         yield self.delta({"role": "assistant", "content": ""})
         for word in _pieces(self.reply.content or ""):
             yield self.delta({"content": word})
         for index, call in enumerate(self.reply.tool_calls):
             head = {"index": index, "id": call.id, "type": "function"}
-            yield self.delta({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
+            yield self._call_delta({**head, "function": _function(call.name, "")})
             for piece in _pieces(call.arguments):
-                yield self.delta({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                yield self._call_delta({"index": index, "function": {"arguments": piece}})
         yield self.delta({}, self._finish_reason())
         if (self.request.get("stream_options") or {}).get("include_usage"):
             yield {**self._base("chat.completion.chunk"), "choices": [], "usage": self.usage()}
+
+
+def _function(name: str, arguments: str) -> JSON:
+    return {"name": name, "arguments": arguments}
 
 
 def _pieces(text: str, size: int = 8) -> list[str]:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import httpx
 import uvicorn
-from uvicorn._types import ASGIApplication
+from starlette.types import ASGIApp
 
 
 def _bound_socket() -> socket.socket:
@@ -30,7 +30,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _server(app: ASGIApplication) -> uvicorn.Server:
+def _server(app: ASGIApp) -> uvicorn.Server:
     config = uvicorn.Config(
         app, log_level="warning", ws="none", lifespan="on", server_header=False, date_header=False
     )
@@ -38,7 +38,7 @@ def _server(app: ASGIApplication) -> uvicorn.Server:
 
 
 @asynccontextmanager
-async def serve(app: ASGIApplication) -> AsyncIterator[str]:
+async def serve(app: ASGIApp) -> AsyncIterator[str]:
     """Serve `app` with uvicorn in this event loop; yields its base URL."""
     sock = _bound_socket()
     server = _server(app)
@@ -56,7 +56,7 @@ async def serve(app: ASGIApplication) -> AsyncIterator[str]:
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApplication) -> Iterator[str]:
+def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     """Serve `app` with uvicorn on its own thread and loop, for synchronous clients."""
     sock = _bound_socket()
     server = _server(app)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
 
 from proxy.mock_upstream import MockUpstream, Reply
 from proxy.web import create_app
@@ -142,7 +144,9 @@ async def test_unreachable_upstream_is_502() -> None:
 
 async def test_slow_upstream_is_504(upstream: MockUpstream, upstream_url: str) -> None:
     upstream.latency_s = 2
-    app = create_app(make_settings(upstream_url, upstream={"base_url": upstream_url, "timeout_s": 0.2}))
+    app = create_app(
+        make_settings(upstream_url, upstream={"base_url": upstream_url, "timeout_s": 0.2})
+    )
     async with LifespanManager(app), _client(app) as http:
         response = await http.post(CHAT, json=chat_body())
     assert response.status_code == 504
@@ -155,10 +159,10 @@ async def test_unknown_route_is_openai_shaped_404(client: httpx.AsyncClient) -> 
     assert response.json()["error"]["type"] == "invalid_request_error"
 
 
-def _client(app: object) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")  # type: ignore[arg-type]
+def _client(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
 
 
-async def _chunks(data: bytes):  # type: ignore[no-untyped-def]
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
     for start in range(0, len(data), 256):
         yield data[start : start + 256]

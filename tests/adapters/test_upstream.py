@@ -1,0 +1,114 @@
+"""The aiohttp upstream client, against real loopback servers."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import AsyncIterator
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from proxy.adapters.upstream import Upstream, UpstreamRequest
+from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
+from proxy.mock_upstream import MockUpstream
+from tests.servers import free_port, serve
+
+
+def _get(path: str, headers: list[tuple[str, str]] | None = None) -> UpstreamRequest:
+    return UpstreamRequest("GET", path, "", headers or [])
+
+
+async def _gzip(request: Request) -> Response:
+    return Response(gzip.compress(b'{"ok": true}'), headers={"content-encoding": "gzip"})
+
+
+async def _cookie(request: Request) -> Response:
+    return Response(request.headers.get("cookie", ""), headers={"set-cookie": "session=abc"})
+
+
+async def _stalls(request: Request) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: first\n\n"
+        await asyncio.sleep(5)
+        yield b"data: never\n\n"
+
+    return StreamingResponse(body())
+
+
+@pytest.fixture
+async def server_url() -> AsyncIterator[str]:
+    app = Starlette(
+        routes=[
+            Route("/v1/gzip", _gzip),
+            Route("/v1/cookie", _cookie),
+            Route("/v1/stalls", _stalls),
+        ]
+    )
+    async with serve(app) as base_url:
+        yield f"{base_url}/v1"
+
+
+@pytest.fixture
+async def client(server_url: str) -> AsyncIterator[Upstream]:
+    upstream = Upstream(server_url, timeout_s=0.3)
+    await upstream.open()
+    yield upstream
+    await upstream.aclose()
+
+
+async def test_compressed_body_relayed_as_sent(client: Upstream) -> None:
+    response = await client.send(_get("gzip", [("accept-encoding", "gzip")]))
+    body = await response.read()
+    response.close()
+    assert ("content-encoding", "gzip") in response.headers
+    assert gzip.decompress(body) == b'{"ok": true}'
+
+
+async def test_cookies_never_carried_between_requests(client: Upstream) -> None:
+    for _ in range(2):
+        response = await client.send(_get("cookie"))
+        assert await response.read() == b""
+        response.close()
+
+
+async def test_no_headers_added_that_the_client_did_not_send(
+    upstream_url: str, upstream: MockUpstream
+) -> None:
+    client = Upstream(upstream_url, timeout_s=5)
+    await client.open()
+    try:
+        response = await client.send(_get("anything", [("x-only", "this")]))
+        await response.read()
+        response.close()
+    finally:
+        await client.aclose()
+    names = {name.lower() for name, _ in upstream.last.headers}
+    assert names == {"host", "x-only"}
+
+
+async def test_silence_mid_stream_is_timeout(client: Upstream) -> None:
+    response = await client.send(_get("stalls"))
+    chunks = response.iter_chunks()
+    assert await anext(chunks) == b"data: first\n\n"
+    with pytest.raises(UpstreamTimeoutError):
+        await anext(chunks)
+    response.close()
+
+
+async def test_refused_connection_is_unreachable() -> None:
+    client = Upstream(f"http://127.0.0.1:{free_port()}/v1", timeout_s=5)
+    await client.open()
+    try:
+        with pytest.raises(UpstreamUnreachableError, match="could not be reached"):
+            await client.send(_get("models"))
+    finally:
+        await client.aclose()
+
+
+async def test_send_before_open_is_a_programming_error() -> None:
+    with pytest.raises(RuntimeError, match="open"):
+        await Upstream("http://127.0.0.1:1/v1", timeout_s=1).send(_get("models"))

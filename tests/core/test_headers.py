@@ -1,0 +1,56 @@
+"""Which headers cross the proxy."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.headers import HOP_BY_HOP, client_response_headers, upstream_request_headers
+
+names = st.sampled_from(
+    [*HOP_BY_HOP, "host", "content-length", "x-request-id", "set-cookie", "authorization", "x-a"]
+)
+header_lists = st.lists(st.tuples(names, st.text("abc, ", max_size=8)), max_size=12)
+
+
+def test_end_to_end_headers_kept_in_order_with_repeats() -> None:
+    upstream = [
+        ("Set-Cookie", "a=1"),
+        ("x-ratelimit-remaining-requests", "9"),
+        ("set-cookie", "b=2"),
+    ]
+    assert client_response_headers(upstream) == upstream
+
+
+def test_headers_named_by_connection_are_dropped() -> None:
+    headers = [("Connection", "close, X-Trace"), ("x-trace", "1"), ("x-other", "2")]
+    assert client_response_headers(headers) == [("x-other", "2")]
+
+
+def test_content_length_kept_only_for_unchanged_streamed_bodies() -> None:
+    headers = [("content-length", "10"), ("host", "proxy:8080")]
+    assert upstream_request_headers(headers, api_key=None) == []
+    assert upstream_request_headers(headers, api_key=None, keep_content_length=True) == [
+        ("content-length", "10")
+    ]
+
+
+def test_upstream_key_replaces_every_client_authorization() -> None:
+    headers = [("Authorization", "Bearer client"), ("authorization", "Bearer other")]
+    assert upstream_request_headers(headers, api_key="sk-up") == [("authorization", "Bearer sk-up")]
+
+
+@given(header_lists)
+def test_no_hop_by_hop_header_ever_crosses(headers: list[tuple[str, str]]) -> None:
+    for relayed in (
+        client_response_headers(headers),
+        upstream_request_headers(headers, api_key=None),
+    ):
+        assert not {name.lower() for name, _ in relayed} & HOP_BY_HOP
+
+
+@given(header_lists)
+def test_relayed_headers_are_an_ordered_subsequence(headers: list[tuple[str, str]]) -> None:
+    relayed = client_response_headers(headers)
+    remaining = iter(headers)
+    assert all(any(pair == candidate for candidate in remaining) for pair in relayed)

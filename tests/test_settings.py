@@ -1,0 +1,138 @@
+"""Loading settings: file < environment < overrides, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.errors import ConfigError
+from proxy.settings import DEFAULT_CONFIG_PATH, Settings, load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_config_equals_defaults() -> None:
+    # config/proxy.yaml documents every key with its default value; keep them in step.
+    assert load_settings(REPO / "config" / "proxy.yaml", environ={}) == Settings()
+
+
+def test_shipped_config_names_every_key() -> None:
+    text = (REPO / "config" / "proxy.yaml").read_text()
+    for section, model in Settings.model_fields.items():
+        assert f"\n{section}:" in text
+        annotation = model.annotation
+        for key in getattr(annotation, "model_fields", {}):
+            assert f"  {key}:" in text, f"{section}.{key} is not documented"
+
+
+def test_file_then_env_then_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "upstream: {base_url: 'http://file:1/v1', timeout_s: 5}\ncontext: {keep_recent: 4}\n",
+    )
+    env = {
+        "COMPACTION_PROXY_UPSTREAM__TIMEOUT_S": "7",
+        "COMPACTION_PROXY_CONTEXT__AUTO_COMPACT": "false",
+        "UNRELATED": "x",
+    }
+    settings = load_settings(path, {"upstream": {"base_url": "http://cli:2/v1"}}, environ=env)
+    assert settings.upstream.base_url == "http://cli:2/v1"
+    assert settings.upstream.timeout_s == 7
+    assert settings.context.keep_recent == 4
+    assert settings.context.auto_compact is False
+
+
+def test_env_models_map_as_json_and_nested() -> None:
+    env = {
+        "COMPACTION_PROXY_MODELS": '{"Qwen/Qwen3-8B": {"context_window": 32768}}',
+        "COMPACTION_PROXY_MODELS__LLAMA__KEEP_RECENT": "3",
+    }
+    policies = load_settings(Path("/dev/null"), environ=env).model_policies()
+    assert policies.for_model("Qwen/Qwen3-8B").context_window == 32768
+    assert policies.for_model("llama").keep_recent == 3
+    assert policies.for_model("other") == policies.default
+
+
+def test_model_overrides_inherit_context(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "context: {keep_recent: 4, strategy: truncate}\nmodels: {m: {keep_recent: 2}}\n"
+    )
+    policy = load_settings(path, environ={}).model_policies().for_model("m")
+    assert (policy.keep_recent, policy.strategy) == (2, "truncate")
+
+
+def test_secret_is_not_echoed() -> None:
+    settings = load_settings(
+        Path("/dev/null"), environ={"COMPACTION_PROXY_UPSTREAM__API_KEY": "sk-x"}
+    )
+    assert settings.upstream.api_key is not None
+    assert "sk-x" not in repr(settings)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(Path("/dev/null"), {"upstream": {"api_key": ["sk-secret"]}}, environ={})
+    assert "upstream.api_key" in caught.value.message
+    assert "sk-secret" not in caught.value.message
+
+
+def test_missing_default_file_means_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert not DEFAULT_CONFIG_PATH.exists()
+    assert load_settings(environ={}) == Settings()
+
+
+def test_default_file_read_when_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "proxy.yaml").write_text("server: {port: 9999}\n")
+    assert load_settings(environ={}).server.port == 9999
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "expected"),
+    [
+        (
+            "upstream: {timeout_s: -1}",
+            {},
+            "upstream.timeout_s: Input should be greater than 0 (got -1)",
+        ),
+        ("upstream: {base_ulr: x}", {}, "upstream.base_ulr: unknown key"),
+        (
+            "upstream: {base_url: 'ftp://x'}",
+            {},
+            "upstream.base_url: Value error, must start with http",
+        ),
+        ("context: {strategy: fold}", {}, "context.strategy: Input should be 'auto'"),
+        ("context: {compression_trigger: 1.5}", {}, "context.compression_trigger"),
+        ("models: {m: {keep_recent: -2}}", {}, "models.m.keep_recent"),
+        (
+            "redis: {url: 'http://x'}",
+            {},
+            "redis.url: Value error, must be empty or start with redis://",
+        ),
+        (
+            "",
+            {"COMPACTION_PROXY_SERVER__PORT": "eighty"},
+            "server.port: Input should be a valid integer",
+        ),
+        ("", {"COMPACTION_PROXY_MODELS": "{not json"}, "COMPACTION_PROXY_"),
+        ("- a list", {}, "must hold a mapping of keys, not a list"),
+        ("upstream: [", {}, "is not valid YAML"),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, text: str, env: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text), environ=env)
+    assert expected in caught.value.message
+
+
+def test_unreadable_file_is_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(tmp_path / "absent.yaml", environ={})
