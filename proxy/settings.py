@@ -42,6 +42,12 @@ class UpstreamSettings(_Section):
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # `API_KEY=` in a compose file or shell means "no key", not "authenticate with ''".
+        return None if value == "" else value
+
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:

@@ -80,6 +80,11 @@ def test_secret_is_not_echoed() -> None:
     assert "sk-secret" not in caught.value.message
 
 
+def test_empty_api_key_means_unset() -> None:
+    env = {"COMPACTION_PROXY_UPSTREAM__API_KEY": ""}
+    assert load_settings(Path("/dev/null"), environ=env).upstream.api_key is None
+
+
 def test_missing_default_file_means_defaults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
