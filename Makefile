@@ -12,7 +12,7 @@ ifneq ($(wildcard ../shared/tiktoken),)
 export TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/tiktoken)
 endif
 
-.PHONY: run test lint format bench-http clean
+.PHONY: run test lint format bench-http bench-overhead clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,10 @@ format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .
 
 bench-http: $(VENV)/.installed-dev
-	$(BIN)/python bench/http_client.py
+	$(BIN)/python -m bench.http_client
+
+bench-overhead: $(VENV)/.installed-dev
+	$(BIN)/python -m bench.overhead
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -6,7 +6,7 @@ each candidate client at a fixed concurrency, interleaving the candidates in rou
 so that machine noise hits them all alike. Reports requests per second and the
 client process's CPU time per request (the cost the proxy would pay per forward).
 
-    python bench/http_client.py [--requests 4000] [--concurrency 32] [--rounds 3]
+    python -m bench.http_client [--requests 4000] [--concurrency 32] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -150,13 +150,13 @@ async def _measure(url: str, args: argparse.Namespace) -> dict[str, list[tuple[f
     return results
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _wait_listening(port: int) -> None:
+def wait_listening(port: int) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with socket.socket() as sock:
@@ -175,10 +175,10 @@ def main() -> None:
 
     import uvloop
 
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-c", SERVER_CODE, str(port)])
     try:
-        _wait_listening(port)
+        wait_listening(port)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         results = uvloop.run(_measure(url, args))
     finally:

@@ -12,6 +12,9 @@ What the proxy needs from it, and how each is met:
   `Accept-Encoding`) are suppressed unless the client sent them itself.
 - No state shared between clients: a dummy cookie jar, so a cookie one client's request
   earned is never sent with another's.
+- An outbound HTTP(S) proxy from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`, like every HTTP client,
+  but looked up once when the pool opens: aiohttp's own `trust_env` re-reads the environment
+  and `~/.netrc` in a worker thread on every request, a third of the proxy's CPU when profiled.
 - Streaming: the body is read in whatever chunks arrive (`iter_any`), never buffered.
 - Closing from a cancelled task: `UpstreamResponse.close()` is synchronous, so it still runs
   when the client disconnects and the relay task is being cancelled.
@@ -21,9 +24,11 @@ What the proxy needs from it, and how each is met:
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 from multidict import CIMultiDict
@@ -120,8 +125,7 @@ class Upstream:
             timeout=self._timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-            # Honour HTTP(S)_PROXY and NO_PROXY like every other HTTP client does.
-            trust_env=True,
+            proxy=outbound_proxy(self.base_url),
         )
 
     async def aclose(self) -> None:
@@ -147,6 +151,14 @@ class Upstream:
                 allow_redirects=False,
             )
         return UpstreamResponse(response, base_url=self.base_url)
+
+
+def outbound_proxy(url: str) -> str | None:
+    """The HTTP(S) proxy the environment asks for to reach `url`, or None."""
+    parts = urlsplit(url)
+    if parts.hostname is None or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 @contextmanager

@@ -61,5 +61,5 @@ def create_app(
     )
     app.add_exception_handler(ProxyError, routes.proxy_error)
     app.add_exception_handler(HTTPException, routes.http_error)
-    app.include_router(routes.router)
+    app.router.routes.extend(routes.ROUTES)
     return app
