@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.adapters.upstream import Upstream, UpstreamRequest
+from proxy.adapters.upstream import Upstream, UpstreamRequest, outbound_proxy
 from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from proxy.mock_upstream import MockUpstream
 from tests.servers import free_port, serve
@@ -112,3 +112,24 @@ async def test_refused_connection_is_unreachable() -> None:
 async def test_send_before_open_is_a_programming_error() -> None:
     with pytest.raises(RuntimeError, match="open"):
         await Upstream("http://127.0.0.1:1/v1", timeout_s=1).send(_get("models"))
+
+
+def test_outbound_proxy_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://corp-proxy:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example,localhost")
+    assert outbound_proxy("https://api.openai.com/v1") == "http://corp-proxy:3128"
+    assert outbound_proxy("https://internal.example/v1") is None
+    assert outbound_proxy("http://api.openai.com/v1") is None  # no HTTP_PROXY set
+
+
+def test_no_outbound_proxy_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    assert outbound_proxy("https://api.openai.com/v1") is None
