@@ -2,14 +2,14 @@
 
 Why aiohttp and not httpx: the client runs once per proxied request, so its CPU cost is the
 proxy's floor. Measured side by side (`bench/http_client.py`, results in `bench/README.md`),
-aiohttp costs about a third of httpx over aiohttp's own transport and a twentieth of plain
+aiohttp costs under a third of httpx over aiohttp's own transport and a fourteenth of plain
 httpx, whose pool also collapses under concurrency (encode/httpx#3215).
 
 What the proxy needs from it, and how each is met:
 
 - Bytes untouched: `auto_decompress=False`, so a gzip body is relayed as gzip with its
   `content-encoding`; aiohttp's automatic headers (`User-Agent`, `Accept`,
-  `Accept-Encoding`) are suppressed unless the client sent them itself.
+  `Accept-Encoding`, `Content-Type`) are suppressed unless the client sent them itself.
 - No state shared between clients: a dummy cookie jar, so a cookie one client's request
   earned is never sent with another's.
 - An outbound HTTP(S) proxy from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`, like every HTTP client,

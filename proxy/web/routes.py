@@ -6,6 +6,7 @@ relaying a reply whole or as a stream.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import cast
 
@@ -14,9 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from proxy.errors import InvalidRequestError, ProxyError, RequestTooLargeError
+from proxy.errors import InvalidRequestError, ProxyError, RequestTooLargeError, UpstreamError
 from proxy.service import Incoming, ProxyService, Reply
 
+logger = logging.getLogger(__name__)
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
@@ -133,6 +135,11 @@ async def _relay(reply: Reply) -> AsyncIterator[bytes]:
     try:
         async for chunk in reply.body:
             yield chunk
+    except UpstreamError as exc:
+        # The status line is already sent: all we can do is break the connection off, so the
+        # client sees a truncated stream as an error instead of a clean, silently short end.
+        logger.warning("upstream stream broke off mid-response: %s", exc.message)
+        raise
     finally:
         # Runs on normal end, on upstream failure, and when the client disconnects (Starlette
         # cancels this generator): the upstream connection is dropped, so generation stops.

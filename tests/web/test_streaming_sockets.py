@@ -13,6 +13,7 @@ import pytest
 from proxy.mock_upstream import MockUpstream, Reply
 from proxy.settings import Settings
 from proxy.web import create_app
+from tests.conftest import make_settings
 from tests.servers import serve
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "go"}], "stream": True}
@@ -68,6 +69,22 @@ async def test_client_disconnect_closes_upstream_stream(
             break
         await asyncio.sleep(0.01)
     assert upstream.streams_abandoned == 1
+
+
+async def test_upstream_failing_mid_stream_breaks_client_stream(
+    upstream: MockUpstream, upstream_url: str
+) -> None:
+    settings = make_settings(upstream_url, upstream={"base_url": upstream_url, "timeout_s": 0.3})
+    upstream.queue(Reply(content="tick", hold=asyncio.Event()))  # never released: silence
+    async with (
+        serve(create_app(settings)) as proxy,
+        httpx.AsyncClient(base_url=proxy) as http,
+        http.stream("POST", "/v1/chat/completions", json=BODY) as response,
+    ):
+        assert response.status_code == 200
+        # A clean end here would pass a truncated answer off as complete.
+        with pytest.raises(httpx.RemoteProtocolError):
+            await response.aread()
 
 
 async def test_non_streaming_responses_keep_alive(proxy_url: str, upstream: MockUpstream) -> None:
