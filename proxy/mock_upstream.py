@@ -77,6 +77,7 @@ class MockUpstream:
         self.default = default or Reply()
         self.requests: list[Recorded] = []
         self.streams_abandoned = 0
+        self.requests_abandoned = 0
         self._replies: deque[Reply] = deque()
         self._ids = itertools.count(1)
         self.app = Starlette(
@@ -109,8 +110,8 @@ class MockUpstream:
             body=await request.body(),
         )
         self.requests.append(recorded)
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
+        if self.latency_s and await _client_leaves_within(request, self.latency_s):
+            self.requests_abandoned += 1
         return recorded
 
     async def _chat(self, request: Request) -> Response:
@@ -160,6 +161,20 @@ class MockUpstream:
             "body": recorded.body.decode("utf-8", "replace"),
         }
         return JSONResponse(echo, headers={"x-request-id": f"req_echo_{next(self._ids)}"})
+
+
+async def _client_leaves_within(request: Request, seconds: float) -> bool:
+    """Wait `seconds` (the body already read); True if the client hung up meanwhile."""
+
+    async def disconnect() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    try:
+        await asyncio.wait_for(disconnect(), seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 class _Completion:

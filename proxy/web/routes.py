@@ -6,8 +6,9 @@ relaying a reply whole or as a stream.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import cast
 
 from starlette.exceptions import HTTPException
@@ -24,8 +25,10 @@ _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 async def chat_completions(request: Request) -> Response:
     raw = await _read_body(request, limit=cast(int, request.app.state.max_body_bytes))
-    reply = await _service(request).chat_completion(_incoming(request), raw)
-    return _respond(reply)
+    reply = await _unless_client_leaves(
+        request, _service(request).chat_completion(_incoming(request), raw)
+    )
+    return _respond(reply) if reply is not None else Response(status_code=_CLIENT_CLOSED)
 
 
 async def passthrough(request: Request) -> Response:
@@ -96,6 +99,34 @@ async def _read_body(request: Request, *, limit: int) -> bytes:
             raise _too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+# nginx's "client closed request": logged nowhere, sent to nobody, but a truthful status.
+_CLIENT_CLOSED = 499
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable[Reply]) -> Reply | None:
+    """Await `work` unless the client disconnects first; then cancel it and return None.
+
+    A non-streaming completion can take minutes; without this, a client that gave up would
+    leave the upstream generating (and billing) for nobody. Only for requests whose body is
+    already read: the watcher consumes the ASGI receive channel.
+    """
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _too_large(limit: int) -> RequestTooLargeError:

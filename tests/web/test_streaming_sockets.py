@@ -87,6 +87,21 @@ async def test_upstream_failing_mid_stream_breaks_client_stream(
             await response.aread()
 
 
+async def test_client_giving_up_on_whole_response_cancels_upstream(
+    proxy_url: str, upstream: MockUpstream
+) -> None:
+    upstream.latency_s = 5
+    body = {**BODY, "stream": False}
+    async with httpx.AsyncClient(base_url=proxy_url, timeout=0.3) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.post("/v1/chat/completions", json=body)
+    for _ in range(300):
+        if upstream.requests_abandoned:
+            break
+        await asyncio.sleep(0.01)
+    assert upstream.requests_abandoned == 1
+
+
 async def test_non_streaming_responses_keep_alive(proxy_url: str, upstream: MockUpstream) -> None:
     body = {**BODY, "stream": False}
     async with httpx.AsyncClient(base_url=proxy_url) as http:
