@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import EnvSettingsSource
 
 from proxy.core.policy import ContextPolicy, ModelPolicies, Strategy
@@ -75,8 +83,20 @@ class ContextSettings(_Section):
     strategy: Strategy = "auto"
     keep_recent: int = Field(default=10, ge=0)
     compression_trigger: float = Field(default=0.75, gt=0, le=1)
+    compaction_target: float = Field(default=0.5, gt=0, le=1)
     summary_max_tokens: int = Field(default=1024, gt=0)
     auto_compact: bool = True
+    tool_result_max_share: float = Field(default=0.5, gt=0, le=1)
+    cooldown_turns: int = Field(default=2, ge=0)
+    max_context_turns: int = Field(default=0, ge=0)
+    pin_first_user: bool = True
+
+    @model_validator(mode="after")
+    def _target_below_trigger(self) -> ContextSettings:
+        # Hysteresis: compacting to at or above the trigger would fire again next turn.
+        if self.compaction_target >= self.compression_trigger:
+            raise ValueError("compaction_target must be below compression_trigger")
+        return self
 
 
 class ContextOverrides(_Section):
@@ -87,8 +107,13 @@ class ContextOverrides(_Section):
     strategy: Strategy | None = None
     keep_recent: int | None = Field(default=None, ge=0)
     compression_trigger: float | None = Field(default=None, gt=0, le=1)
+    compaction_target: float | None = Field(default=None, gt=0, le=1)
     summary_max_tokens: int | None = Field(default=None, gt=0)
     auto_compact: bool | None = None
+    tool_result_max_share: float | None = Field(default=None, gt=0, le=1)
+    cooldown_turns: int | None = Field(default=None, ge=0)
+    max_context_turns: int | None = Field(default=None, ge=0)
+    pin_first_user: bool | None = None
 
 
 class ServerSettings(_Section):
@@ -117,6 +142,15 @@ class Settings(_Section):
             for name, entry in self.models.items()
         }
         return ModelPolicies(default=default, overrides=overrides)
+
+    @model_validator(mode="after")
+    def _model_targets_below_triggers(self) -> Settings:
+        for name, policy in self.model_policies().overrides.items():
+            if policy.compaction_target >= policy.compression_trigger:
+                raise ValueError(
+                    f"models.{name}: compaction_target must be below compression_trigger"
+                )
+        return self
 
 
 def load_settings(

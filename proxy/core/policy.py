@@ -37,8 +37,13 @@ class ContextPolicy:
     strategy: Strategy = "auto"
     keep_recent: int = 10
     compression_trigger: float = 0.75
+    compaction_target: float = 0.5
     summary_max_tokens: int = 1024
     auto_compact: bool = True
+    tool_result_max_share: float = 0.5
+    cooldown_turns: int = 2
+    max_context_turns: int = 0
+    pin_first_user: bool = True
 
     def replace(self, **changes: Any) -> ContextPolicy:
         """A copy with `changes` applied (the keys a `models:` entry overrides)."""
