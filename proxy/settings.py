@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -31,6 +31,7 @@ from pydantic import (
 )
 from pydantic_settings import EnvSettingsSource
 
+from proxy.core import hooks as core_hooks
 from proxy.core.policy import ContextPolicy, ModelPolicies, Strategy
 from proxy.errors import ConfigError
 
@@ -116,6 +117,100 @@ class ContextOverrides(_Section):
     pin_first_user: bool | None = None
 
 
+class _ContextPressure(_Section):
+    type: Literal["context_pressure"]
+    threshold: float = Field(gt=0)
+
+    def core(self) -> core_hooks.Condition:
+        return core_hooks.ContextPressure(self.threshold)
+
+
+class _TurnCount(_Section):
+    type: Literal["turn_count"]
+    count: int = Field(ge=1)
+
+    def core(self) -> core_hooks.Condition:
+        return core_hooks.TurnCount(self.count)
+
+
+class _ToolCalls(_Section):
+    type: Literal["tool_calls"]
+    threshold: int = Field(ge=1)
+
+    def core(self) -> core_hooks.Condition:
+        return core_hooks.ToolCalls(self.threshold)
+
+
+class _MessageCount(_Section):
+    type: Literal["message_count"]
+    threshold: int = Field(ge=1)
+
+    def core(self) -> core_hooks.Condition:
+        return core_hooks.MessageCount(self.threshold)
+
+
+class _Always(_Section):
+    type: Literal["always"] = "always"
+
+    def core(self) -> core_hooks.Condition:
+        return core_hooks.Always()
+
+
+class _CompactContext(_Section):
+    type: Literal["compact_context"]
+    strategy: Strategy | None = None
+    keep_recent: int | None = Field(default=None, ge=0)
+    summary_max_tokens: int | None = Field(default=None, gt=0)
+
+    def core(self) -> core_hooks.Action:
+        return core_hooks.CompactContext(self.strategy, self.keep_recent, self.summary_max_tokens)
+
+
+class _InjectMessage(_Section):
+    type: Literal["inject_message"]
+    role: Literal["system", "developer", "user", "assistant"] = "system"
+    message: str
+
+    def core(self) -> core_hooks.Action:
+        return core_hooks.InjectMessage(self.role, self.message)
+
+
+class _Log(_Section):
+    type: Literal["log"]
+    message: str
+
+    def core(self) -> core_hooks.Action:
+        return core_hooks.Log(self.message)
+
+
+ConditionSettings = Annotated[
+    _ContextPressure | _TurnCount | _ToolCalls | _MessageCount | _Always,
+    Field(discriminator="type"),
+]
+ActionSettings = Annotated[_CompactContext | _InjectMessage | _Log, Field(discriminator="type")]
+
+
+class HookSettings(_Section):
+    """One hook: `on` an event, when `condition` holds, perform `action`, at most once per
+    `cooldown` seconds."""
+
+    on: core_hooks.Event
+    condition: ConditionSettings = _Always()
+    action: ActionSettings
+    cooldown: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        # YAML 1.1 reads a bare `on:` key as the boolean true (PyYAML does): take it back.
+        if isinstance(data, dict) and True in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
+
+    def core(self) -> core_hooks.Hook:
+        return core_hooks.Hook(self.on, self.condition.core(), self.action.core(), self.cooldown)
+
+
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
@@ -131,6 +226,7 @@ class Settings(_Section):
     redis: RedisSettings = RedisSettings()
     context: ContextSettings = ContextSettings()
     models: dict[str, ContextOverrides] = {}
+    hooks: list[HookSettings] = []
     server: ServerSettings = ServerSettings()
     log: LogSettings = LogSettings()
 
@@ -142,6 +238,10 @@ class Settings(_Section):
             for name, entry in self.models.items()
         }
         return ModelPolicies(default=default, overrides=overrides)
+
+    def hook_rules(self) -> tuple[core_hooks.Hook, ...]:
+        """The declared hooks as the core's values (the default hook is added per model)."""
+        return tuple(hook.core() for hook in self.hooks)
 
     @model_validator(mode="after")
     def _model_targets_below_triggers(self) -> Settings:

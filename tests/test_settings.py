@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core import hooks
 from proxy.errors import ConfigError
 from proxy.settings import DEFAULT_CONFIG_PATH, Settings, load_settings
 
@@ -149,3 +150,41 @@ def test_target_must_stay_below_trigger(tmp_path: Path) -> None:
     path = write(tmp_path, "models: {m: {compression_trigger: 0.4}}\n")
     with pytest.raises(ConfigError, match=r"models\.m: compaction_target"):
         load_settings(path, environ={})
+
+
+def test_hooks_become_core_rules(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+hooks:
+  - on: turn_start
+    condition: {type: context_pressure, threshold: 0.6}
+    action: {type: compact_context, strategy: clear_tool_results, keep_recent: 4}
+  - on: turn_end
+    action: {type: log, message: "turn {turn}"}
+    cooldown: 30
+""",
+    )
+    rules = load_settings(path, environ={}).hook_rules()
+    assert rules == (
+        hooks.Hook(
+            "turn_start",
+            hooks.ContextPressure(0.6),
+            hooks.CompactContext("clear_tool_results", 4, None),
+        ),
+        hooks.Hook("turn_end", hooks.Always(), hooks.Log("turn {turn}"), 30.0),
+    )
+
+
+@pytest.mark.parametrize(
+    ("hook", "expected"),
+    [
+        ("{on: turn_middle, action: {type: log, message: x}}", "hooks.0.on"),
+        ("{on: turn_end, action: {type: shout, message: x}}", "hooks.0.action"),
+        ("{on: turn_end, condition: {type: turn_count}, action: {type: log, message: x}}",
+         "hooks.0.condition.turn_count.count"),
+    ],
+)  # fmt: skip
+def test_bad_hooks_name_the_key(tmp_path: Path, hook: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_settings(write(tmp_path, f"hooks: [{hook}]\n"), environ={})
