@@ -1,0 +1,179 @@
+"""The summary layer's texts: the request to the summarizer, and the message that replaces
+the condensed turns.
+
+The summarizer (the "summary brain": the same upstream by default, or a cheaper model) gets
+the evicted span as a plain transcript, never as chat messages: replayed as messages, tool
+calls would have to stay valid for its template, and the model might answer the conversation
+instead of summarizing it. The summary is rolling: a previous summary inside the span is
+folded into the new one instead of being summarized as if it were dialogue.
+
+The summary message that goes into the conversation says what it is (earlier turns were
+condensed; nothing was lost on purpose) and carries the "context reminder": the tools the
+request offers, so the model keeps using them after its own earlier calls are gone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.core.messages import Message, role, text, tool_calls
+
+SUMMARY_PREFIX = "[Earlier turns of this conversation were condensed"
+
+# A note the proxy wrote: a summary, or an omission marker. It stands alone as a message, or
+# was merged at the end of a user message (when no role could stand between its neighbours):
+# either way it starts a paragraph.
+_NOTE = re.compile(
+    r"(?:\A|\n\n)(?=\[(?:Earlier turns of this conversation were condensed|"
+    r"\d+ earlier messages omitted\]))"
+)
+
+SECTIONS = (
+    "Goal",
+    "User constraints and preferences (verbatim)",
+    "Decisions",
+    "Facts and identifiers",
+    "Files and artifacts",
+    "Done",
+    "Pending",
+    "Errors",
+    "Next step",
+)
+
+_INSTRUCTIONS = """\
+You condense the earlier part of a conversation between a user and an AI assistant (which may \
+use tools) so that the assistant can continue the work with only your summary in place of \
+those turns. Write the summary for the assistant, in the conversation's language, under these \
+headings, in this order, each followed by short bullet points ("- none" when empty):
+
+{sections}
+
+Rules:
+- Quote the user's constraints and preferences word for word.
+- Keep every identifier, path, URL, number with its unit, name and error message exactly.
+- Prefer facts established by tool results over guesses; say what is uncertain.
+- Do not answer or continue the conversation; only summarize it.
+- Stay under {max_tokens} tokens."""
+
+
+def is_summary(message: Message) -> bool:
+    """Whether a message is a summary this proxy wrote (found again in a later request)."""
+    return text(message).startswith(SUMMARY_PREFIX)
+
+
+def marker(omitted: int, previous_note: str | None = None) -> str:
+    """The truncation marker; an earlier summary, if any, is kept after it."""
+    note = f"[{omitted} earlier messages omitted]"
+    summary = _summary_part(previous_note)
+    return f"{note}\n\n{summary}" if summary else note
+
+
+def _summary_part(note: str | None) -> str | None:
+    if note is None or SUMMARY_PREFIX not in note:
+        return None
+    return note[note.index(SUMMARY_PREFIX) :]
+
+
+def detach_note(message: Message) -> tuple[Message, str | None]:
+    """`message` without the note the proxy merged into it, and that note (None if none)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        match = _NOTE.search(content)
+        if match is None or match.start() == 0:
+            return message, None
+        return {**message, "content": content[: match.start()]}, content[match.start() + 2 :]
+    if isinstance(content, list) and content and _is_note_part(content[-1]):
+        return {**message, "content": content[:-1]}, content[-1]["text"]
+    return message, None
+
+
+def _is_note_part(part: object) -> bool:
+    return (
+        isinstance(part, dict)
+        and isinstance(part.get("text"), str)
+        and _NOTE.match(part["text"]) is not None
+    )
+
+
+def note_of(message: Message) -> str | None:
+    """The note a standalone proxy message carries (a summary or a marker), if it is one."""
+    body = text(message)
+    return body if _NOTE.match(body) else None
+
+
+def summary_request(
+    span: Sequence[Message], *, previous: str | None, model: str | None, max_tokens: int
+) -> dict[str, Any]:
+    """The chat completion body that asks the summarizer for a summary of `span`, folding
+    in `previous` (the summary the span's turns were already condensed into, if any)."""
+    transcript = "\n\n".join(render(m) for m in span)
+    parts = []
+    if previous:
+        parts.append("The summary of the turns before these, to fold into yours:\n\n" + previous)
+    parts.append("The turns to summarize:\n\n" + transcript)
+    sections = "\n".join(f"## {name}" for name in SECTIONS)
+    body: dict[str, Any] = {
+        "messages": [
+            {
+                "role": "system",
+                "content": _INSTRUCTIONS.format(sections=sections, max_tokens=max_tokens),
+            },
+            {"role": "user", "content": "\n\n---\n\n".join(parts)},
+        ],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    if model:
+        body["model"] = model
+    return body
+
+
+def render(message: Message) -> str:
+    """One message as transcript text: `role: content`, with tool calls spelled out."""
+    name = role(message) or "unknown"
+    if name == "tool":
+        return f"tool result [id {message.get('tool_call_id')}]: {text(message)}"
+    lines = [f"{name}: {text(message)}"] if text(message) else []
+    calls = [call.get("function") for call in tool_calls(message)]
+    calls.append(message.get("function_call"))
+    lines += [
+        f"{name} called {call.get('name')}({call.get('arguments', '')})"
+        for call in calls
+        if isinstance(call, dict)
+    ]
+    return "\n".join(lines) or f"{name}: (no text)"
+
+
+def summary_text(summary: str, *, condensed: int, tools: Sequence[str]) -> str:
+    """The content of the message that replaces `condensed` messages with `summary`."""
+    reminder = f"\n\nTools you can call in this conversation: {', '.join(tools)}." if tools else ""
+    return (
+        f"{SUMMARY_PREFIX}: {condensed} messages were replaced by this summary to keep the "
+        "conversation inside the model's context window. Continue from it; ask the user "
+        f"if something you need is missing.]\n\n{summary.strip()}{reminder}"
+    )
+
+
+def offered_tools(body: Mapping[str, Any]) -> list[str]:
+    """Names of the tools (and legacy functions) the request offers, in order."""
+    names: list[str] = []
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    for function in body.get("functions") or []:
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
+
+
+def completion_text(response: Mapping[str, Any]) -> str | None:
+    """The text of a chat completion response's first choice, if it has any."""
+    choices = response.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) and content.strip() else None

@@ -1,0 +1,102 @@
+"""The summarizer request, the summary message, and finding earlier notes again."""
+
+from __future__ import annotations
+
+from proxy.core.splice import merge_text
+from proxy.core.summary import (
+    SECTIONS,
+    SUMMARY_PREFIX,
+    completion_text,
+    detach_note,
+    is_summary,
+    marker,
+    note_of,
+    offered_tools,
+    render,
+    summary_request,
+    summary_text,
+)
+from tests.builders import assistant_calls, function_call, image_user, tool_result, user
+
+
+def test_request_carries_transcript_sections_and_limits() -> None:
+    span = [user("Fix bug ABC-12"), assistant_calls("c1", name="grep"), tool_result("c1", "hit")]
+    body = summary_request(span, previous=None, model="gpt-4o-mini", max_tokens=300)
+    system, prompt = body["messages"]
+    assert all(f"## {section}" in system["content"] for section in SECTIONS)
+    assert "300 tokens" in system["content"]
+    assert "user: Fix bug ABC-12" in prompt["content"]
+    assert 'assistant called grep({"q": "x"})' in prompt["content"]
+    assert "tool result [id c1]: hit" in prompt["content"]
+    assert (body["model"], body["max_tokens"], body["temperature"]) == ("gpt-4o-mini", 300, 0)
+
+
+def test_request_folds_previous_summary_in() -> None:
+    body = summary_request([user("more")], previous="old summary", model=None, max_tokens=100)
+    prompt = body["messages"][1]["content"]
+    assert prompt.index("old summary") < prompt.index("user: more")
+    assert "model" not in body
+
+
+def test_render_covers_every_shape() -> None:
+    assert render(image_user("look")) == "user: look"
+    assert render(function_call("lookup", '{"k": 1}')) == 'assistant called lookup({"k": 1})'
+    assert render({"role": "assistant", "content": None}) == "assistant: (no text)"
+    assert render({"content": "x"}) == "unknown: x"
+
+
+def test_summary_message_says_what_it_is_and_lists_tools() -> None:
+    note = summary_text("  the summary  ", condensed=12, tools=["grep", "edit"])
+    assert note.startswith(SUMMARY_PREFIX)
+    assert "12 messages were replaced" in note
+    assert "the summary\n\nTools you can call in this conversation: grep, edit." in note
+    assert is_summary({"role": "user", "content": note})
+    assert not summary_text("s", condensed=1, tools=[]).endswith(".")  # no empty reminder
+
+
+def test_marker_keeps_an_earlier_summary() -> None:
+    assert marker(5) == "[5 earlier messages omitted]"
+    earlier = summary_text("kept facts", condensed=3, tools=[])
+    assert marker(5, earlier) == f"[5 earlier messages omitted]\n\n{earlier}"
+    assert marker(5, "[2 earlier messages omitted]") == "[5 earlier messages omitted]"
+
+
+def test_notes_found_standalone_and_merged() -> None:
+    note = marker(3)
+    assert note_of(user(note)) == note
+    assert note_of(user("ordinary")) is None
+    merged = merge_text(user("the task"), note, first=False)
+    restored, found = detach_note(merged)
+    assert (restored, found) == (user("the task"), note)
+    parts = merge_text(image_user("task"), note, first=False)
+    assert detach_note(parts) == (image_user("task"), note)
+
+
+def test_detach_leaves_plain_messages_alone() -> None:
+    for message in (user("task"), user(marker(2)), image_user(), {"role": "user"}):
+        assert detach_note(message) == (message, None)
+
+
+def test_offered_tools_in_order_including_legacy_functions() -> None:
+    body = {
+        "tools": [
+            {"type": "function", "function": {"name": "grep"}},
+            {"type": "web_search"},
+            "junk",
+        ],
+        "functions": [{"name": "lookup"}, {"description": "nameless"}],
+    }
+    assert offered_tools(body) == ["grep", "lookup"]
+    assert offered_tools({}) == []
+
+
+def test_completion_text() -> None:
+    ok = {"choices": [{"message": {"role": "assistant", "content": "summary"}}]}
+    assert completion_text(ok) == "summary"
+    for bad in (
+        {},
+        {"choices": []},
+        {"choices": ["x"]},
+        {"choices": [{"message": {"content": " "}}]},
+    ):
+        assert completion_text(bad) is None
