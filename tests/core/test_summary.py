@@ -93,10 +93,10 @@ def test_offered_tools_in_order_including_legacy_functions() -> None:
 def test_completion_text() -> None:
     ok = {"choices": [{"message": {"role": "assistant", "content": "summary"}}]}
     assert completion_text(ok) == "summary"
-    for bad in (
+    bad: list[dict[str, object]] = [
         {},
         {"choices": []},
         {"choices": ["x"]},
         {"choices": [{"message": {"content": " "}}]},
-    ):
-        assert completion_text(bad) is None
+    ]
+    assert [completion_text(body) for body in bad] == [None] * 4
