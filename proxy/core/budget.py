@@ -1,0 +1,94 @@
+"""The token budget of one request: how much of the model's window its prompt may use.
+
+This module owns the arithmetic between a raw token count (from `proxy.core.tokens`) and
+the window: the output reserved out of it, the calibration that scales our count to the
+provider's, and the pressure that compaction triggers and targets are expressed in.
+
+Words matter here: `context_window` is the model's whole window (prompt and output
+together). `max_tokens` in the OpenAI API is the *output* limit, which is why it appears only
+as one source of the output reserve.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Newer OpenAI models take `max_completion_tokens`; `max_tokens` is its deprecated older name
+# that other OpenAI-compatible servers still use. A request that sets both means the first.
+_OUTPUT_LIMIT_FIELDS = ("max_completion_tokens", "max_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A model's window less the output reserved out of it, and our count's calibration.
+
+    `calibration` multiplies our raw counts to estimate the provider's (learned from
+    `usage.prompt_tokens`: 1.1 means the provider counts 10% more than we do). Raises
+    `ValueError` for a window below 1, a negative reserve, or a calibration that is not a
+    positive finite number.
+    """
+
+    context_window: int
+    output_reserve: int
+    calibration: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.context_window < 1:
+            raise ValueError(f"context_window must be at least 1, not {self.context_window}")
+        if self.output_reserve < 0:
+            raise ValueError(f"output_reserve must not be negative, not {self.output_reserve}")
+        if not (math.isfinite(self.calibration) and self.calibration > 0):
+            raise ValueError(f"calibration must be positive and finite, not {self.calibration}")
+
+    @property
+    def available(self) -> int:
+        """Prompt tokens the window leaves after the output reserve (never below 1)."""
+        return max(1, self.context_window - self.output_reserve)
+
+    def estimate(self, raw_tokens: int) -> int:
+        """The provider's likely count for `raw_tokens` of ours (rounded up)."""
+        # Rounding first drops float noise: 100 * 1.1 is 110.00000000000001, which is 110.
+        return math.ceil(round(raw_tokens * self.calibration, 6))
+
+    def pressure(self, raw_tokens: int) -> float:
+        """The share of the available window a prompt of `raw_tokens` fills (1.0 = full)."""
+        return self.estimate(raw_tokens) / self.available
+
+    def fits(self, raw_tokens: int, share: float = 1.0) -> bool:
+        """Whether a prompt of `raw_tokens` stays within `share` of the available window."""
+        return self.estimate(raw_tokens) <= self.available * share
+
+    def tokens_at(self, share: float) -> int:
+        """The most raw tokens that fit within `share` of the available window (at least 0).
+
+        The inverse of `pressure`, for compaction targets: `fits(tokens_at(s), s)` holds and
+        `fits(tokens_at(s) + 1, s)` does not. Raises `ValueError` if `share` is not finite.
+        """
+        if not math.isfinite(share):
+            raise ValueError(f"share must be finite, not {share}")
+        limit = self.available * share
+        # `estimate` rounds up, so a count fits when count x calibration is within the whole
+        # tokens of the limit. Float rounding can still put the quotient a token or so off
+        # either side of the boundary (for windows of trillions, past the 6-digit rounding).
+        tokens = max(0, math.floor(math.floor(limit) / self.calibration))
+        while tokens > 0 and self.estimate(tokens) > limit:
+            tokens -= 1
+        while self.estimate(tokens + 1) <= limit:
+            tokens += 1
+        return tokens
+
+
+def output_reserve(body: Mapping[str, Any], default: int) -> int:
+    """The output a request reserves: `max_completion_tokens`, else `max_tokens`, else `default`.
+
+    Only positive integers count (not booleans, floats or strings).
+    """
+    for field in _OUTPUT_LIMIT_FIELDS:
+        value = body.get(field)
+        # `type(...) is int` rather than isinstance: JSON `true` is a bool, and bool is an int.
+        if type(value) is int and value > 0:
+            return value
+    return default

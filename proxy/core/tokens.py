@@ -1,0 +1,424 @@
+"""Token accounting: how many prompt tokens a chat completion request costs its provider.
+
+This module owns the counting rules: the framing around each message, names, text, images,
+audio and files, tool calls, the declared tool schemas, and which encoding a model family
+uses. It never loads an encoding: a `TextEncoder` is passed in (tiktoken, loaded once at the
+edge by `proxy/adapters/tokenizer.py`, or the `ApproximateEncoder` here when it cannot load).
+
+Counts aim at what the provider reports as `usage.prompt_tokens`, and err high where the
+provider's rule is unknown: an underestimate sends a request that overflows, an overestimate
+only compacts a little early (and the calibration against `usage` corrects a steady bias).
+Sources of the constants:
+
+- message framing, names and reply priming: OpenAI cookbook, "How to count tokens with
+  tiktoken" (`tokens_per_message = 3`, `tokens_per_name = 1`, `+3` for
+  `<|start|>assistant<|message|>`), whose totals match the API's `prompt_tokens`;
+- per-tool and tools framing: the same notebook's `num_tokens_for_tools` (`func_init = 7`,
+  `func_end = 12`);
+- images: OpenAI's vision guide, tile method (85 at low detail, else 85 + 170 per 512-px tile);
+- audio: OpenAI bills user audio at 1 token per 100 ms.
+
+Counting costs grow with a request's new messages, not its history: a message's count is
+cached under a hash of its canonical JSON, which is several times cheaper than encoding it
+(`python -m bench.tokens` measures both).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from proxy.core.messages import is_instruction, role, text, tool_calls
+
+
+class TextEncoder(Protocol):
+    """Counts the tokens of plain text in one encoding."""
+
+    @property
+    def name(self) -> str:
+        """The encoding's name (`o200k_base`), or `approximate` for the fallback."""
+        ...
+
+    def count(self, text: str) -> int:
+        """Tokens in `text`; text that looks like a special token counts as ordinary text."""
+        ...
+
+
+# Pieces cut roughly as tiktoken's own pre-tokenizer cuts text: words split at case changes
+# (camelCase is two tokens), digit groups of up to three, runs of non-ASCII characters,
+# single ASCII punctuation marks and control characters, and the whitespace tiktoken keeps
+# as tokens of its own (before digits, line breaks, indentation). A single space before a
+# word or a mark is absorbed by it, as in tiktoken.
+_PIECES: Final = re.compile(
+    r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]{1,3}|[^\x00-\x7f]+|[^\sA-Za-z0-9\x80-\U0010ffff]"
+    r"|\s+(?=[0-9])|\s*\n\s*|\s{2,}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApproximateEncoder:
+    """The fallback when no tiktoken encoding can be loaded: a count that errs high.
+
+    A flat `bytes / 4` is right for English prose but undercounts what agents send most:
+    JSON and logs run at about 2.3 bytes per token, CJK at 2.8 (cl100k). Counting pieces the
+    way tiktoken's pre-tokenizer cuts them does better: a word costs one token per four
+    letters (rounded up), a digit group or punctuation mark one, a non-ASCII run one per
+    2.5 bytes, a whitespace run one per eight characters. Measured against cl100k_base and
+    o200k_base this is 1.1-1.7x the true count on prose, code, JSON, HTML, logs, CJK and
+    European languages; it undercounts only random noise such as base64 (0.8x) and emoji.
+    """
+
+    name: str = "approximate"
+
+    def count(self, text: str) -> int:
+        """An estimate of `text`'s tokens, usually above tiktoken's count."""
+        return sum(_piece_tokens(piece) for piece in _PIECES.findall(text))
+
+
+def _piece_tokens(piece: str) -> int:
+    first = piece[0]
+    if not first.isascii():
+        # "surrogatepass": a lone surrogate from a JSON "\ud800" escape must not raise.
+        return -(-2 * len(piece.encode("utf-8", "surrogatepass")) // 5)
+    if first.isalpha():
+        return (len(piece) + 3) // 4
+    if first.isspace():
+        return (len(piece) + 7) // 8
+    return 1
+
+
+O200K_BASE: Final = "o200k_base"
+CL100K_BASE: Final = "cl100k_base"
+DEFAULT_ENCODING: Final = O200K_BASE
+"""Unknown models get the newest OpenAI encoding: most new models are counted closest by it."""
+
+ENCODINGS: Final[tuple[tuple[str, str], ...]] = (
+    # The first matching prefix wins, so gpt-4o and gpt-4.1 come before gpt-4. A prefix
+    # matches the whole name or up to a separator: "o1" matches "o1-mini", not "o1x".
+    ("gpt-4o", O200K_BASE),
+    ("chatgpt-4o", O200K_BASE),
+    ("gpt-4.1", O200K_BASE),
+    ("gpt-4.5", O200K_BASE),
+    ("gpt-5", O200K_BASE),
+    ("o1", O200K_BASE),
+    ("o3", O200K_BASE),
+    ("o4", O200K_BASE),
+    ("gpt-4", CL100K_BASE),
+    ("gpt-3.5", CL100K_BASE),
+    ("gpt-35", CL100K_BASE),  # Azure's spelling of gpt-3.5
+    ("text-embedding-3", CL100K_BASE),
+    ("text-embedding-ada", CL100K_BASE),
+)
+"""Model-name prefixes and the tiktoken encoding of each family."""
+
+
+def encoding_for_model(model: str | None) -> str:
+    """The tiktoken encoding name for `model`; `DEFAULT_ENCODING` when the family is unknown.
+
+    Provider prefixes (`openai/gpt-4o`, `azure/gpt-4`), fine-tune prefixes (`ft:gpt-4o-...`),
+    dated suffixes (`gpt-4o-2024-08-06`) and letter case do not change the answer.
+    """
+    name = _base_name(model or "")
+    for prefix, encoding in ENCODINGS:
+        if name.startswith(prefix) and (
+            len(name) == len(prefix) or not name[len(prefix)].isalnum()
+        ):
+            return encoding
+    return DEFAULT_ENCODING
+
+
+def _base_name(model: str) -> str:
+    name = model.lower().rsplit("/", 1)[-1]
+    return name.removeprefix("ft:")
+
+
+MESSAGE_TOKENS: Final = 3
+"""Framing around every message: `<|start|>{role}<|message|>...<|end|>` (cookbook)."""
+NAME_TOKENS: Final = 1
+"""A message's `name` costs its text plus this (cookbook `tokens_per_name`)."""
+REPLY_TOKENS: Final = 3
+"""Every request primes the reply with `<|start|>assistant<|message|>` (cookbook)."""
+TOOL_CALL_TOKENS: Final = 3
+"""Framing per tool call beyond its name and arguments. An estimate: a measured gpt-4
+request with one call and its result (openai-java issue #5: 35 prompt tokens) counts 37."""
+TOOL_TOKENS: Final = 7
+"""Framing per declared tool or schema (cookbook `func_init` for gpt-4o)."""
+TOOLS_TOKENS: Final = 12
+"""Framing once per request that declares tools (cookbook `func_end`)."""
+
+IMAGE_LOW_TOKENS: Final = 85
+IMAGE_TILE_TOKENS: Final = 170
+IMAGE_HIGH_TOKENS: Final = IMAGE_LOW_TOKENS + IMAGE_TILE_TOKENS * 8
+"""An image at high or auto detail whose size is unknown: the most the tile method can cost
+(fit in 2048 px, short side 768 px: at most 2 x 4 tiles), so it never undercounts there."""
+
+AUDIO_TOKENS_PER_SECOND: Final = 10
+_AUDIO_BYTES_PER_SECOND: Final[Mapping[str, int]] = {
+    # Low byte rates, so durations (and tokens) err long: 16 kHz 16-bit mono PCM, 64 kbit/s MP3.
+    "wav": 32_000,
+    "pcm16": 32_000,
+    "mp3": 8_000,
+}
+_AUDIO_DEFAULT_BYTES_PER_SECOND: Final = 8_000
+
+FILE_TOKENS: Final = 1_600
+"""A `file` part (a PDF by id or by data): the proxy cannot see inside, so this is one page's
+worth (its text and its page image). Large documents exceed it; calibration and the
+overflow handling correct what this misses."""
+
+_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_PNG_DATA_URL: Final = "data:image/png;base64,"
+_PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
+
+
+class TokenCounter:
+    """Counts a request's prompt tokens in one encoding, caching each message's count.
+
+    Keep one counter per encoding for the life of the process: the cache is what makes a
+    long conversation cheap to count again on its next turn. `cache_size` bounds the number
+    of remembered messages and schemas (least recently used go first; 0 disables caching).
+    Not thread-safe: share a counter within one event loop, not across threads.
+    """
+
+    def __init__(self, encoder: TextEncoder, *, cache_size: int = 65_536) -> None:
+        self.encoder = encoder
+        self._cache_size = cache_size
+        self._cache: OrderedDict[bytes, int] = OrderedDict()
+        self._roles: dict[str, int] = {}
+
+    def text(self, text: str) -> int:
+        """Tokens of plain text (uncached)."""
+        return self.encoder.count(text)
+
+    def message(self, message: Mapping[str, Any]) -> int:
+        """Tokens of one message, framing included; malformed messages count without raising."""
+        return self._cached(b"message", message, self._count_message)
+
+    def messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Tokens of a message list: each message plus the reply priming."""
+        return sum(self.message(message) for message in messages) + REPLY_TOKENS
+
+    def tools(self, body: Mapping[str, Any]) -> int:
+        """Tokens of the schemas a request declares, which providers render into the prompt.
+
+        The schemas are `tools`, legacy `functions` and a `response_format` JSON schema, all
+        fixed costs. Each counts as its compact JSON plus `TOOL_TOKENS`, plus `TOOLS_TOKENS`
+        once. Compact JSON spells out structure the provider's rendering abbreviates, so
+        this errs high: the cookbook's weather example counts 130 here, 101 (gpt-4o) and 105
+        (gpt-4) by the API.
+        """
+        schemas = _schemas(body)
+        if not schemas:
+            return 0
+        return TOOLS_TOKENS + sum(self._cached(b"schema", s, self._count_schema) for s in schemas)
+
+    def request(self, body: Mapping[str, Any]) -> int:
+        """Tokens of a whole chat completion body: its messages and its schemas."""
+        return self.messages(_messages(body)) + self.tools(body)
+
+    def fixed_overhead(self, body: Mapping[str, Any]) -> int:
+        """Tokens compaction can never remove: leading instructions, reply priming, schemas.
+
+        The leading instructions are the system and developer messages before anything else;
+        `request(body) - fixed_overhead(body)` is what the rest of the conversation costs.
+        """
+        leading: list[Mapping[str, Any]] = []
+        for message in _messages(body):
+            if not (isinstance(message, Mapping) and is_instruction(message)):
+                break
+            leading.append(message)
+        return self.messages(leading) + self.tools(body)
+
+    def _cached(self, kind: bytes, value: Any, count: Callable[[Any], int]) -> int:
+        # The key hashes the value's canonical JSON: equal messages share an entry however
+        # their keys are ordered, and `kind` keeps a message and an equal schema apart.
+        key = hashlib.blake2b(_canonical(value), digest_size=16, person=kind).digest()
+        cache = self._cache
+        tokens = cache.get(key)
+        if tokens is not None:
+            cache.move_to_end(key)
+            return tokens
+        tokens = count(value)
+        cache[key] = tokens
+        if len(cache) > self._cache_size:
+            cache.popitem(last=False)
+        return tokens
+
+    def _count_message(self, message: Any) -> int:
+        if not isinstance(message, Mapping):
+            return MESSAGE_TOKENS + self._value(message)
+        tokens = MESSAGE_TOKENS + self._role(role(message)) + self.encoder.count(text(message))
+        tokens += self._content_extras(message.get("content"))
+        if "name" in message:
+            tokens += NAME_TOKENS + self._value(message["name"])
+        tokens += sum(self._tool_call(call) for call in tool_calls(message))
+        tokens += self._function_call(message.get("function_call"))
+        return tokens + self._value(message.get("refusal"))
+
+    def _role(self, name: str) -> int:
+        # The few standard roles are encoded once, so a new message costs one encode.
+        tokens = self._roles.get(name)
+        if tokens is None:
+            tokens = self.encoder.count(name)
+            if name in _ROLES:
+                self._roles[name] = tokens
+        return tokens
+
+    def _content_extras(self, content: object) -> int:
+        """What `text()` leaves out of the content: media parts and anything unexpected."""
+        if content is None or isinstance(content, str):
+            return 0
+        if isinstance(content, list):
+            return sum(self._part(part) for part in content)
+        return self._value(content)
+
+    def _part(self, part: object) -> int:
+        if not isinstance(part, dict):
+            return self._value(part)
+        if isinstance(part.get("text"), str):
+            return 0  # counted with the message's text
+        kind = part.get("type")
+        if kind == "image_url":
+            return _image_part_tokens(part)
+        if kind == "input_audio":
+            return _audio_part_tokens(part)
+        if kind == "file":
+            return FILE_TOKENS
+        if kind == "refusal" and "refusal" in part:
+            return self._value(part["refusal"])
+        # An unknown part type counts as its JSON: some cost, rather than none.
+        return self._value(part)
+
+    def _tool_call(self, call: Mapping[str, Any]) -> int:
+        function = call.get("function")
+        if isinstance(function, dict):
+            return self._function_call(function)
+        # A custom tool call, or a malformed one: count what it carries.
+        return TOOL_CALL_TOKENS + self._value(call)
+
+    def _function_call(self, function: object) -> int:
+        if function is None:
+            return 0
+        if not isinstance(function, dict):
+            return TOOL_CALL_TOKENS + self._value(function)
+        name, arguments = function.get("name"), function.get("arguments")
+        return TOOL_CALL_TOKENS + self._value(name) + self._value(arguments)
+
+    def _count_schema(self, schema: object) -> int:
+        return TOOL_TOKENS + self._value(schema)
+
+    def _value(self, value: object) -> int:
+        """A string's tokens, or a JSON value's compact serialization's; None costs nothing."""
+        if value is None:
+            return 0
+        if isinstance(value, str):
+            return self.encoder.count(value)
+        return self.encoder.count(_compact(value))
+
+
+def image_tokens(detail: object, size: tuple[int, int] | None) -> int:
+    """OpenAI's tile count for one image: 85 at low detail, else 85 + 170 per 512-px tile.
+
+    `size` is (width, height) in pixels when known; without it a high or auto image costs
+    `IMAGE_HIGH_TOKENS`, the most the tile method charges.
+    """
+    if detail == "low":
+        return IMAGE_LOW_TOKENS
+    if size is None:
+        return IMAGE_HIGH_TOKENS
+    return IMAGE_LOW_TOKENS + IMAGE_TILE_TOKENS * _tiles(*size)
+
+
+def _tiles(width: int, height: int) -> int:
+    # Fit inside 2048 x 2048, then shrink until the short side is at most 768 px.
+    fit = min(1.0, 2048 / max(width, height))
+    width, height = int(width * fit), int(height * fit)
+    shrink = min(1.0, 768 / max(min(width, height), 1))
+    width, height = int(width * shrink), int(height * shrink)
+    return max(math.ceil(width / 512), 1) * max(math.ceil(height / 512), 1)
+
+
+def _image_part_tokens(part: Mapping[str, Any]) -> int:
+    image = part.get("image_url")
+    if isinstance(image, str):  # a bare URL, as some clients send it
+        image = {"url": image}
+    if not isinstance(image, dict):
+        return IMAGE_HIGH_TOKENS
+    url = image.get("url")
+    return image_tokens(image.get("detail"), _png_size(url) if isinstance(url, str) else None)
+
+
+def _png_size(url: str) -> tuple[int, int] | None:
+    """The size of a PNG data URL, read from its header: screenshots are mostly PNGs."""
+    if not url.startswith(_PNG_DATA_URL):
+        return None
+    start = len(_PNG_DATA_URL)
+    try:
+        # 32 base64 characters are the 24 bytes holding the signature and the IHDR size.
+        header = base64.b64decode(url[start : start + 32], validate=True)
+    except ValueError:  # binascii.Error, or non-ASCII text
+        return None
+    if len(header) < 24 or header[:8] != _PNG_SIGNATURE or header[12:16] != b"IHDR":
+        return None
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def _audio_part_tokens(part: Mapping[str, Any]) -> int:
+    audio = part.get("input_audio")
+    audio = audio if isinstance(audio, dict) else {}
+    data, audio_format = audio.get("data"), audio.get("format")
+    size = len(data) * 3 // 4 if isinstance(data, str) else 0  # base64 to bytes
+    rate = _AUDIO_BYTES_PER_SECOND.get(
+        audio_format if isinstance(audio_format, str) else "", _AUDIO_DEFAULT_BYTES_PER_SECOND
+    )
+    return max(1, math.ceil(size * AUDIO_TOKENS_PER_SECOND / rate))
+
+
+def _messages(body: Mapping[str, Any]) -> list[Any]:
+    messages = body.get("messages")
+    return messages if isinstance(messages, list) else []
+
+
+def _schemas(body: Mapping[str, Any]) -> list[object]:
+    found: list[object] = []
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        # Only the function object reaches the prompt; its {"type": "function"} wrapper does not.
+        found += [_function_of(tool) for tool in tools]
+    functions = body.get("functions")
+    if isinstance(functions, list):
+        found += functions
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        found.append(response_format.get("json_schema"))
+    return found
+
+
+def _function_of(tool: object) -> object:
+    if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
+        return tool["function"]
+    return tool
+
+
+# Built once: `json.dumps` with options builds a new encoder per call, a fifth of the time
+# a cached count takes. Canonical output is ASCII-escaped, so lone surrogates from JSON
+# escapes encode to bytes without error; compact output is not, so a non-ASCII character
+# costs what it costs rather than six escape characters.
+_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _canonical(value: object) -> bytes:
+    return _CANONICAL.encode(value).encode("ascii")
+
+
+def _compact(value: object) -> str:
+    return _COMPACT.encode(value)
