@@ -22,6 +22,9 @@ from proxy.core.messages import Message, role, text
 CountText = Callable[[str], int]
 
 CLEARED_PREFIX = "[tool result cleared to save context"
+_TRIMMED_NOTES = ("tokens (", "[showing ")
+# Room kept for the note a trimmed result carries, so the result stays under its cap.
+NOTE_ALLOWANCE = 100
 _RESULT_ROLES = frozenset({"tool", "function"})
 # When cutting text, the head gets this share of what is kept: the start of a file or log
 # usually says what it is, the end says how it finished.
@@ -36,6 +39,12 @@ def is_cleared(message: Message) -> bool:
     return text(message).startswith(CLEARED_PREFIX)
 
 
+def is_trimmed(message: Message) -> bool:
+    """Whether a result already went through `trim` (trimming again would change it)."""
+    body = text(message)
+    return "too large for the context window" in body and any(n in body for n in _TRIMMED_NOTES)
+
+
 def clear(message: Message, tool_name: str | None, tokens: int) -> Message:
     """The result replaced by a one-line placeholder naming the tool and the size cleared."""
     name = tool_name or message.get("name") or "tool"
@@ -47,6 +56,7 @@ def trim(message: Message, *, max_tokens: int, count: CountText, tool_name: str 
     """The result cut to about `max_tokens`: a JSON array to its first items, text to its
     head and tail, with a note saying what was cut and how to ask for less."""
     body = text(message)
+    max_tokens = max(max_tokens - NOTE_ALLOWANCE, 1)
     items = _json_array(body)
     shown = _first_items(items, max_tokens=max_tokens, count=count) if items else None
     if shown is not None:
