@@ -1,0 +1,350 @@
+"""The compaction plan: what a conversation becomes before it is forwarded.
+
+`plan_compaction` looks at a request and returns a decision, never performing anything:
+
+- `Unchanged`: forward as is (under the trigger, in cooldown, malformed, nothing to remove);
+- `Compacted`: forward these messages instead;
+- `NeedsSummary`: ask the summarizer with `request`, then call `complete(summary)` (or
+  `fallback()` if the summarizer failed) to get the `Compacted` result.
+
+Layers run cheapest first and stop as soon as the conversation is under the target
+(`compaction_target`, below the trigger, so the new prefix lasts many turns):
+
+1. trim a single tool result over `tool_result_max_share` of the window;
+2. clear old tool results outside the recent window, oldest first;
+3. summarize the oldest unpinned units (the summary is rolling: an earlier one in the span
+   is folded in), checked against the span's fact ledger;
+4. truncate the oldest unpinned units, leaving one "[N earlier messages omitted]" marker.
+
+`context.strategy` picks one layer alone instead of all (`auto`). With
+`max_context_turns`, turns older than the budget first shrink to their question and answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.core.budget import Budget
+from proxy.core.ledger import extract_facts, with_missing_facts
+from proxy.core.messages import Message, is_instruction, role, tool_call_name
+from proxy.core.policy import ContextPolicy
+from proxy.core.splice import splice
+from proxy.core.summary import (
+    detach_note,
+    marker,
+    note_of,
+    offered_tools,
+    summary_request,
+    summary_text,
+)
+from proxy.core.tool_results import clear, is_cleared, is_tool_result, is_trimmed, trim
+from proxy.core.turns import shrink_old_turns
+from proxy.core.units import Pins, Unit, group_units, is_well_formed, pins
+
+# What a marker or a summary message costs beyond its text (role, framing).
+_NOTE_OVERHEAD = 16
+
+
+class Counter(Protocol):
+    """What the plan needs of the token counter (see `proxy.core.tokens.TokenCounter`)."""
+
+    def message(self, message: Message) -> int: ...
+
+    def messages(self, messages: Sequence[Message]) -> int: ...
+
+    def tools(self, body: Mapping[str, Any]) -> int: ...
+
+    def text(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """Everything the plan looks at for one request."""
+
+    messages: Sequence[Message]
+    body: Mapping[str, Any]
+    policy: ContextPolicy
+    budget: Budget
+    turns_since_compaction: int | None = None
+    """Turns since this conversation was last compacted; None if never."""
+    force: bool = False
+    """Compact now whatever the pressure and cooldown (a manual `/compact`, a hook)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unchanged:
+    reason: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    messages: list[Message]
+    strategy: str
+    tokens_before: int
+    tokens_after: int
+    fits: bool
+    """Whether the result fits the window (the plan did what it could if not)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsSummary:
+    """The span to summarize and the request to send; finish with `complete` or `fallback`."""
+
+    request: dict[str, Any]
+    span: tuple[Message, ...]
+    _eviction: _Eviction
+
+    def complete(self, summary: str) -> Compacted:
+        """The conversation with the span replaced by `summary` (plus what it lost)."""
+        eviction = self._eviction
+        checked = with_missing_facts(summary, extract_facts(self.span))
+        tools = offered_tools(eviction.work.situation.body)
+        note = summary_text(checked, condensed=len(self.span), tools=tools)
+        return eviction.apply(note, "summarize")
+
+    def fallback(self) -> Compacted:
+        """The conversation truncated instead (the summarizer failed or timed out)."""
+        eviction = self._eviction
+        return eviction.apply(marker(len(self.span), eviction.previous), "truncate")
+
+
+Plan = Unchanged | Compacted | NeedsSummary
+
+
+def plan_compaction(situation: Situation, counter: Counter) -> Plan:
+    """Decide what to forward for `situation`."""
+    work = _Work(situation, counter, list(situation.messages))
+    if not is_well_formed(work.units):
+        # Malformed input is the client's to fix: forwarded as sent, never silently repaired.
+        return Unchanged("malformed", work.before)
+    reason = _reason_to_wait(situation, work.before)
+    if reason is not None:
+        return Unchanged(reason, work.before)
+    for layer in _LAYERS[situation.policy.strategy]:
+        outcome = layer(work)
+        if outcome is not None:
+            return outcome
+    if work.changed:
+        return work.result(work.last_layer)
+    return Unchanged("nothing_to_remove", work.before)
+
+
+def _reason_to_wait(situation: Situation, tokens: int) -> str | None:
+    if situation.force:
+        return None
+    budget, policy = situation.budget, situation.policy
+    fits = budget.fits(tokens)
+    if not policy.auto_compact:
+        return "auto_compact_off"
+    if budget.pressure(tokens) < policy.compression_trigger:
+        return "under_trigger"
+    cooling = situation.turns_since_compaction is not None and (
+        situation.turns_since_compaction < policy.cooldown_turns
+    )
+    # A request that cannot fit at all is compacted even in cooldown.
+    return "cooldown" if cooling and fits else None
+
+
+@dataclass(slots=True)
+class _Work:
+    """A conversation being compacted, layer after layer."""
+
+    situation: Situation
+    counter: Counter
+    messages: list[Message]
+    changed: bool = False
+    last_layer: str = ""
+    before: int = 0
+    tools: int = 0
+    units: tuple[Unit, ...] = ()
+    pins: Pins = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tools = self.counter.tools(self.situation.body)
+        self.before = self.total()
+        self._regroup()
+
+    def _regroup(self) -> None:
+        self.units = group_units(self.messages)
+        policy = self.situation.policy
+        self.pins = pins(
+            self.messages,
+            self.units,
+            keep_recent=policy.keep_recent,
+            pin_first_user=policy.pin_first_user,
+        )
+
+    def total(self) -> int:
+        return self.counter.messages(self.messages) + self.tools
+
+    @property
+    def target(self) -> int:
+        return self.situation.budget.tokens_at(self.situation.policy.compaction_target)
+
+    def done(self) -> bool:
+        return self.total() <= self.target
+
+    def update(self, messages: list[Message], layer: str) -> None:
+        if messages != self.messages:
+            self.messages, self.changed, self.last_layer = messages, True, layer
+            self._regroup()
+
+    def result(self, strategy: str) -> Compacted:
+        after = self.total()
+        fits = self.situation.budget.fits(after)
+        return Compacted(self.messages, strategy, self.before, after, fits)
+
+    def tool_name(self, index: int) -> str | None:
+        """The name of the tool whose result is message `index`."""
+        call_id = self.messages[index].get("tool_call_id")
+        for unit in self.units:
+            if unit.start < index < unit.stop and isinstance(call_id, str):
+                return tool_call_name(self.messages[unit.start], call_id)
+        return None
+
+
+def _trim_layer(work: _Work) -> Plan | None:
+    policy, budget = work.situation.policy, work.situation.budget
+    cap = int(budget.context_window * policy.tool_result_max_share)
+    messages = [
+        trim(m, max_tokens=cap, count=work.counter.text, tool_name=work.tool_name(i))
+        if is_tool_result(m) and not is_trimmed(m) and work.counter.message(m) > cap
+        else m
+        for i, m in enumerate(work.messages)
+    ]
+    work.update(messages, "trim_tool_results")
+    return work.result("trim_tool_results") if work.changed and work.done() else None
+
+
+def _clear_layer(work: _Work) -> Plan | None:
+    messages = list(work.messages)
+    excess = work.total() - work.target
+    for index in range(work.pins.recent):
+        if excess <= 0:
+            break
+        message = messages[index]
+        if is_tool_result(message) and not is_cleared(message):
+            tokens = work.counter.message(message)
+            messages[index] = clear(message, work.tool_name(index), tokens)
+            excess -= tokens - work.counter.message(messages[index])
+    work.update(messages, "clear_tool_results")
+    return work.result("clear_tool_results") if work.changed and work.done() else None
+
+
+def _summarize_layer(work: _Work) -> Plan | None:
+    policy = work.situation.policy
+    eviction = _Eviction.find(work, note_tokens=policy.summary_max_tokens + _NOTE_OVERHEAD)
+    if eviction is None:
+        return None
+    request = summary_request(
+        eviction.evicted,
+        previous=eviction.previous,
+        model=_model(work.situation.body),
+        max_tokens=policy.summary_max_tokens,
+    )
+    return NeedsSummary(request, eviction.evicted, eviction)
+
+
+def _truncate_layer(work: _Work) -> Plan | None:
+    eviction = _Eviction.find(work, note_tokens=_NOTE_OVERHEAD)
+    if eviction is None:
+        return None
+    return eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+
+
+def _shrink_turns_layer(work: _Work) -> Plan | None:
+    budget = work.situation.policy.max_context_turns
+    if budget:
+        work.update(shrink_old_turns(work.messages, budget, work.pins), "max_context_turns")
+        if work.changed and work.done():
+            return work.result("max_context_turns")
+    return None
+
+
+def _model(body: Mapping[str, Any]) -> str | None:
+    model = body.get("model")
+    return model if isinstance(model, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Eviction:
+    """The oldest unpinned units to replace with one note, and the note they already had.
+
+    The span starts after the leading instructions and the pinned first user message and
+    never reaches into the recent window; when even all of that is not enough, all of it
+    goes. Instructions inside it are kept (after the note). An earlier note, standalone in
+    the span or merged into the first user message, is taken out and folded into the new one
+    instead of piling up.
+    """
+
+    work: _Work
+    messages: list[Message]
+    start: int
+    stop: int
+    previous: str | None
+
+    @property
+    def evicted(self) -> tuple[Message, ...]:
+        span = self.messages[self.start : self.stop]
+        return tuple(m for m in span if not is_instruction(m) and note_of(m) is None)
+
+    @classmethod
+    def find(cls, work: _Work, *, note_tokens: int) -> _Eviction | None:
+        messages, previous = _detached(work.messages, work.pins.first_user)
+        floor = work.pins.head
+        if work.pins.first_user is not None:
+            floor = max(floor, work.pins.first_user + 1)
+        candidates = [u for u in work.units if u.start >= floor and u.stop <= work.pins.recent]
+        if not candidates:
+            return None
+        need = work.counter.messages(messages) + work.tools - work.target + note_tokens
+        taken, freed = 0, 0
+        while taken < len(candidates) and freed < need:
+            freed += sum(work.counter.message(messages[i]) for i in candidates[taken].indices())
+            taken += 1
+        # One unit more if that lets the span end right before a user message: the note then
+        # stands alone between the task and that message instead of being merged into one.
+        if taken < len(candidates) and not _is_user_at(messages, candidates[taken - 1].stop):
+            taken += _is_user_at(messages, candidates[taken].stop)
+        stop = candidates[max(taken, 1) - 1].stop
+        notes = [note_of(m) for m in messages[candidates[0].start : stop]]
+        previous = next((n for n in reversed(notes) if n is not None), previous)
+        eviction = cls(work, messages, candidates[0].start, stop, previous)
+        # Only notes of earlier compactions to evict: nothing new to gain, and replacing a note
+        # with a note would change the prefix for nothing.
+        return eviction if eviction.evicted else None
+
+    def apply(self, note: str, strategy: str) -> Compacted:
+        span = self.messages[self.start : self.stop]
+        kept = [m for m in span if is_instruction(m)]
+        reduced = [*self.messages[: self.start], *kept, *self.messages[self.stop :]]
+        self.work.messages = splice(reduced, self.start, self.start, note).messages
+        return self.work.result(strategy)
+
+
+def _is_user_at(messages: Sequence[Message], index: int) -> bool:
+    return index < len(messages) and role(messages[index]) == "user"
+
+
+def _detached(messages: list[Message], first_user: int | None) -> tuple[list[Message], str | None]:
+    """`messages` with a note merged into the first user message taken out, and the note."""
+    if first_user is None:
+        return messages, None
+    restored, note = detach_note(messages[first_user])
+    if note is None:
+        return messages, None
+    return [*messages[:first_user], restored, *messages[first_user + 1 :]], note
+
+
+_Layer = Callable[[_Work], Plan | None]
+
+_LAYERS: dict[str, tuple[_Layer, ...]] = {
+    "auto": (_shrink_turns_layer, _trim_layer, _clear_layer, _summarize_layer, _truncate_layer),
+    "trim_tool_results": (_shrink_turns_layer, _trim_layer),
+    "clear_tool_results": (_shrink_turns_layer, _clear_layer),
+    "summarize": (_shrink_turns_layer, _summarize_layer),
+    "truncate": (_shrink_turns_layer, _truncate_layer),
+}

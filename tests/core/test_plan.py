@@ -1,0 +1,318 @@
+"""The compaction plan, layer by layer, and its properties over random conversations."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.core.budget import Budget
+from proxy.core.messages import Message, is_instruction, role
+from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, Unchanged, plan_compaction
+from proxy.core.policy import ContextPolicy
+from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
+from proxy.core.tokens import TokenCounter
+from proxy.core.tool_results import is_tool_result
+from proxy.core.units import group_units, is_well_formed
+from tests.builders import assistant, assistant_calls, system, tool_result, user
+from tests.core.alternation import same_role_pairs
+from tests.core.conversations import conversation
+
+
+@dataclass(frozen=True)
+class Words:
+    """One token per whitespace-separated word: easy to reason about in tests."""
+
+    name: str = "words"
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+COUNTER = TokenCounter(Words())
+POLICY = ContextPolicy(keep_recent=4, cooldown_turns=2, summary_max_tokens=100)
+TOOLS = {"tools": [{"type": "function", "function": {"name": "search", "parameters": {}}}]}
+
+
+def words(n: int, word: str = "w") -> str:
+    return " ".join([word] * n)
+
+
+def situation(
+    messages: list[Message],
+    window: int = 1000,
+    *,
+    force: bool = False,
+    turns_since_compaction: int | None = None,
+    **policy: Any,
+) -> Situation:
+    return Situation(
+        messages=messages,
+        body={"model": "m", **TOOLS},
+        policy=POLICY.replace(**policy),
+        budget=Budget(context_window=window, output_reserve=0),
+        turns_since_compaction=turns_since_compaction,
+        force=force,
+    )
+
+
+def chat(turns: int, size: int = 60) -> list[Message]:
+    """A system prompt, the task, then `turns` user/assistant exchanges of `size` words."""
+    messages = [system("be brief"), user("the task: fix ticket ABC-123")]
+    for i in range(turns):
+        messages += [assistant(f"reply {i} " + words(size)), user(f"next {i} " + words(size))]
+    return messages
+
+
+def agent(calls: int, result_size: int = 100) -> list[Message]:
+    """The task, then a long chain of tool calls with big results."""
+    messages = [system(), user("the task")]
+    for i in range(calls):
+        messages += [assistant_calls(f"c{i}"), tool_result(f"c{i}", words(result_size, "r"))]
+    return [*messages, assistant("done")]
+
+
+def run(plan: Plan, summary: str = "- the summary") -> Compacted:
+    if isinstance(plan, NeedsSummary):
+        return plan.complete(summary)
+    assert isinstance(plan, Compacted), plan
+    return plan
+
+
+def test_under_trigger_is_unchanged() -> None:
+    plan = plan_compaction(situation(chat(2)), COUNTER)
+    assert isinstance(plan, Unchanged)
+    assert plan.reason == "under_trigger"
+
+
+def test_auto_compact_off_waits_unless_forced() -> None:
+    messages = chat(10)
+    assert plan_compaction(situation(messages, auto_compact=False), COUNTER) == Unchanged(
+        "auto_compact_off", COUNTER.messages(messages) + COUNTER.tools(TOOLS)
+    )
+    forced = plan_compaction(situation(messages, auto_compact=False, force=True), COUNTER)
+    assert isinstance(forced, NeedsSummary)
+
+
+def test_cooldown_waits_only_while_the_request_fits() -> None:
+    messages = chat(7)  # about 80 % of the window
+    cooling = plan_compaction(situation(messages, turns_since_compaction=1), COUNTER)
+    assert isinstance(cooling, Unchanged)
+    assert cooling.reason == "cooldown"
+    over = plan_compaction(situation(chat(12), turns_since_compaction=1), COUNTER)
+    assert isinstance(over, NeedsSummary)
+    after = plan_compaction(situation(messages, turns_since_compaction=2), COUNTER)
+    assert isinstance(after, NeedsSummary)
+
+
+def test_malformed_conversation_is_forwarded_as_sent() -> None:
+    messages = [*chat(12), tool_result("nobody")]
+    plan = plan_compaction(situation(messages), COUNTER)
+    assert isinstance(plan, Unchanged)
+    assert plan.reason == "malformed"
+
+
+def test_oversized_tool_result_is_trimmed_first() -> None:
+    messages = [
+        user("task"),
+        assistant_calls("c1"),
+        tool_result("c1", words(900, "r")),
+        assistant(),
+    ]
+    plan = plan_compaction(situation(messages, tool_result_max_share=0.3), COUNTER)
+    assert isinstance(plan, Compacted)
+    assert plan.strategy == "trim_tool_results"
+    trimmed = plan.messages[2]
+    assert trimmed["tool_call_id"] == "c1"
+    assert "cut from the middle of this search result" in trimmed["content"]
+    assert plan.tokens_after < plan.tokens_before
+    assert plan.fits
+
+
+def test_old_tool_results_are_cleared_oldest_first() -> None:
+    plan = plan_compaction(situation(agent(9)), COUNTER)
+    assert isinstance(plan, Compacted)
+    assert plan.strategy == "clear_tool_results"
+    results = [m["content"] for m in plan.messages if role(m) == "tool"]
+    assert results[0].startswith("[tool result cleared to save context: search returned")
+    assert not results[-1].startswith("[tool result cleared")  # recent window untouched
+    assert plan.tokens_after <= 500  # the target: half the window
+
+
+def test_summary_replaces_oldest_turns() -> None:
+    messages = chat(10)
+    plan = plan_compaction(situation(messages), COUNTER)
+    assert isinstance(plan, NeedsSummary)
+    prompt = plan.request["messages"][1]["content"]
+    assert "reply 0" in prompt
+    assert "the task" not in prompt  # the pinned first message is not summarized
+    result = plan.complete("## Goal\n- fix the ticket")
+    assert result.strategy == "summarize"
+    assert result.messages[:2] == messages[:2]
+    assert result.messages[-4:] == messages[-4:]
+    note = next(m for m in result.messages if note_of(m))
+    assert note["content"].startswith(SUMMARY_PREFIX)
+    assert "Tools you can call in this conversation: search." in note["content"]
+    assert result.tokens_after <= 500
+    assert is_well_formed(group_units(result.messages))
+
+
+def test_summary_gets_the_facts_it_lost() -> None:
+    messages = chat(10)
+    messages[3] = user("never touch /etc/passwd, deploy to https://example.com/x " + words(60))
+    result = run(plan_compaction(situation(messages), COUNTER), "- a vague summary")
+    note = next(m["content"] for m in result.messages if note_of(m))
+    assert "/etc/passwd" in note
+    assert "https://example.com/x" in note
+
+
+def test_fallback_truncates_the_same_span() -> None:
+    plan = plan_compaction(situation(chat(10)), COUNTER)
+    assert isinstance(plan, NeedsSummary)
+    result = plan.fallback()
+    assert result.strategy == "truncate"
+    notes = [note_of(m) for m in result.messages if note_of(m)]
+    assert notes == [f"[{len(plan.span)} earlier messages omitted]"]
+
+
+def test_truncate_strategy_alone() -> None:
+    plan = plan_compaction(situation(agent(9), strategy="truncate"), COUNTER)
+    assert isinstance(plan, Compacted)
+    assert plan.strategy == "truncate"
+    # An agent's chain has no user message to end on: the marker joins the task message.
+    assert "earlier messages omitted]" in plan.messages[1]["content"]
+    assert all(not str(m.get("content")).startswith("[tool result cleared") for m in plan.messages)
+
+
+def test_rolling_summary_folds_the_previous_one() -> None:
+    first = run(plan_compaction(situation(chat(10)), COUNTER), "- first summary")
+    grown = [*first.messages, *chat(10)[2:]]
+    plan = plan_compaction(situation(grown), COUNTER)
+    assert isinstance(plan, NeedsSummary)
+    prompt = plan.request["messages"][1]["content"]
+    assert "to fold into yours" in prompt
+    assert "- first summary" in prompt
+    second = plan.complete("- second summary")
+    notes = [m["content"] for m in second.messages if note_of(m)]
+    assert len(notes) == 1
+    assert "- second summary" in notes[0]
+
+
+def test_note_merged_into_first_user_is_not_piled_up() -> None:
+    # In an agent's chain the message after the span is the assistant's: no role fits
+    # between it and the task, so the note is merged into the task; the next compaction must
+    # take it out again rather than pile a second one on.
+    result = run(plan_compaction(situation(agent(9), strategy="summarize"), COUNTER), "- one")
+    assert result.messages[1]["content"].startswith("the task\n\n" + SUMMARY_PREFIX)
+    grown = [*result.messages[:-1], *agent(9)[2:]]
+    again = run(plan_compaction(situation(grown, strategy="summarize"), COUNTER), "- two")
+    task = again.messages[1]["content"]
+    assert task.count(SUMMARY_PREFIX) == 1
+    assert "- two" in task
+    assert "- one" not in task
+
+
+def test_everything_pinned_is_nothing_to_remove() -> None:
+    plan = plan_compaction(situation(chat(10), keep_recent=100), COUNTER)
+    assert plan == Unchanged("nothing_to_remove", plan.tokens)  # type: ignore[union-attr]
+
+
+def test_compacting_the_output_again_changes_nothing() -> None:
+    result = run(plan_compaction(situation(chat(30)), COUNTER))
+    again = plan_compaction(situation(result.messages), COUNTER)
+    assert isinstance(again, Unchanged)
+    forced = plan_compaction(situation(result.messages, force=True), COUNTER)
+    assert isinstance(forced, Unchanged)
+    assert forced.reason == "nothing_to_remove"
+
+
+def test_max_context_turns_shrinks_old_turns_first() -> None:
+    messages = [system(), user("q0")]
+    for i in range(6):
+        messages += [assistant_calls(f"c{i}"), tool_result(f"c{i}", words(80)), assistant("a")]
+        messages.append(user(f"q{i + 1}"))
+    plan = plan_compaction(
+        situation(messages, window=800, max_context_turns=2, keep_recent=2), COUNTER
+    )
+    assert isinstance(plan, Compacted)
+    assert plan.strategy == "max_context_turns"
+    assert sum(1 for m in plan.messages if role(m) == "tool") == 1  # the last two turns: q5, q6
+
+
+# Properties over random conversations -----------------------------------------------------
+
+
+def _matches(original: Message, produced: Message) -> bool:
+    """`produced` stands for `original`: the same, or a tool result with its content
+    replaced (trimmed, cleared), or a message a note was merged into."""
+    if produced == original:
+        return True
+    if is_tool_result(original):
+        same = ("role", "tool_call_id", "name")
+        return all(produced.get(key) == original.get(key) for key in same)
+    return detach_note(produced)[0] == original
+
+
+def _is_subsequence_plus_notes(inputs: list[Message], outputs: list[Message]) -> bool:
+    position = 0
+    for produced in outputs:
+        if note_of(produced) is not None:
+            continue
+        while position < len(inputs) and not _matches(inputs[position], produced):
+            position += 1
+        if position == len(inputs):
+            return False
+        position += 1
+    return True
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    conversation(),
+    st.integers(min_value=200, max_value=20_000),
+    st.sampled_from(["auto", "trim_tool_results", "clear_tool_results", "summarize", "truncate"]),
+    st.integers(min_value=0, max_value=8),
+    st.booleans(),
+)
+def test_properties(
+    messages: list[Message], window: int, strategy: str, keep_recent: int, summary_fails: bool
+) -> None:
+    plan = plan_compaction(
+        situation(messages, window=window, strategy=strategy, keep_recent=keep_recent, force=True),
+        COUNTER,
+    )
+    if isinstance(plan, Unchanged):
+        return
+    result = plan.fallback() if isinstance(plan, NeedsSummary) and summary_fails else run(plan)
+    out = result.messages
+    # No orphaned tool result, no unanswered call.
+    assert is_well_formed(group_units(out))
+    # No new same-role pair for strict templates.
+    assert same_role_pairs(out) <= same_role_pairs(messages)
+    # Leading instructions and the task are kept; order is kept.
+    head = list(itertools.takewhile(is_instruction, messages))
+    assert out[: len(head)] == head
+    assert any(detach_note(m)[0] == messages[len(head)] for m in out)  # the task
+    assert _is_subsequence_plus_notes(messages, out)
+    # The plan says whether the result fits, truthfully.
+    total = COUNTER.messages(out) + COUNTER.tools(TOOLS)
+    assert result.tokens_after == total
+    assert result.fits == Budget(context_window=window, output_reserve=0).fits(total)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "truncate"])
+@settings(max_examples=100, deadline=None)
+@given(messages=conversation())
+def test_compacting_twice_changes_nothing(messages: list[Message], strategy: str) -> None:
+    first = plan_compaction(situation(messages, window=500, strategy=strategy), COUNTER)
+    if isinstance(first, Unchanged):
+        return
+    result = first.fallback() if isinstance(first, NeedsSummary) else first
+    if not result.fits:
+        return
+    again = plan_compaction(situation(result.messages, window=500, strategy=strategy), COUNTER)
+    assert isinstance(again, Unchanged)
