@@ -23,7 +23,7 @@ Layers run cheapest first and stop as soon as the conversation is under the targ
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from proxy.core.budget import Budget
@@ -161,6 +161,8 @@ class _Work:
     tools: int = 0
     units: tuple[Unit, ...] = ()
     pins: Pins = field(init=False)
+    target_override: int | None = None
+    """A fixed token target (the emergency plan's) instead of `compaction_target`'s."""
 
     def __post_init__(self) -> None:
         self.tools = self.counter.tools(self.situation.body)
@@ -182,6 +184,8 @@ class _Work:
 
     @property
     def target(self) -> int:
+        if self.target_override is not None:
+            return self.target_override
         return self.situation.budget.tokens_at(self.situation.policy.compaction_target)
 
     def done(self) -> bool:
@@ -209,14 +213,23 @@ class _Work:
 def _trim_layer(work: _Work) -> Plan | None:
     policy, budget = work.situation.policy, work.situation.budget
     cap = int(budget.context_window * policy.tool_result_max_share)
-    messages = [
-        trim(m, max_tokens=cap, count=work.counter.text, tool_name=work.tool_name(i))
-        if is_tool_result(m) and not is_trimmed(m) and work.counter.message(m) > cap
-        else m
-        for i, m in enumerate(work.messages)
-    ]
-    work.update(messages, "trim_tool_results")
+    _cap_messages(work, cap, is_tool_result)
     return work.result("trim_tool_results") if work.changed and work.done() else None
+
+
+def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool]) -> None:
+    messages = list(work.messages)
+    for index, message in enumerate(work.messages):
+        if not eligible(message) or is_trimmed(message):
+            continue
+        tokens = work.counter.message(message)
+        if tokens > cap:
+            name = work.tool_name(index)
+            trimmed = trim(message, max_tokens=cap, count=work.counter.text, tool_name=name)
+            # A result barely over a small cap would grow by the note: keep it whole then.
+            if work.counter.message(trimmed) < tokens:
+                messages[index] = trimmed
+    work.update(messages, "trim_tool_results")
 
 
 def _clear_layer(work: _Work) -> Plan | None:
@@ -309,7 +322,9 @@ class _Eviction:
         # stands alone between the task and that message instead of being merged into one.
         if taken < len(candidates) and not _is_user_at(messages, candidates[taken - 1].stop):
             taken += _is_user_at(messages, candidates[taken].stop)
-        stop = candidates[max(taken, 1) - 1].stop
+        if freed <= note_tokens:
+            return None  # the note would cost as much as it saves
+        stop = candidates[taken - 1].stop
         notes = [note_of(m) for m in messages[candidates[0].start : stop]]
         previous = next((n for n in reversed(notes) if n is not None), previous)
         eviction = cls(work, messages, candidates[0].start, stop, previous)
@@ -337,6 +352,54 @@ def _detached(messages: list[Message], first_user: int | None) -> tuple[list[Mes
     if note is None:
         return messages, None
     return [*messages[:first_user], restored, *messages[first_user + 1 :]], note
+
+
+def plan_emergency(
+    situation: Situation, counter: Counter, *, stated_limit: int | None = None
+) -> Compacted | Unchanged:
+    """Compact hard, with no LLM call, after the provider said the request overflowed.
+
+    Keeps half the usual recent window, caps any single tool result or text message, clears
+    old tool results and truncates, until the request is at most half the size of the
+    rejected one, and fits the limit the error stated if it stated one. `Unchanged` when
+    nothing could be removed: the service then returns the provider's error as it came.
+    """
+    policy = situation.policy.replace(keep_recent=situation.policy.keep_recent // 2)
+    hard = Situation(situation.messages, situation.body, policy, situation.budget, force=True)
+    work = _Work(hard, counter, list(situation.messages))
+    if not is_well_formed(work.units):
+        return Unchanged("malformed", work.before)
+    work.target_override = _emergency_target(work, stated_limit)
+    budget = situation.budget
+    cap = min(int(budget.context_window * policy.tool_result_max_share), work.target // 2)
+    _cap_messages(work, max(cap, 1), _cappable)
+    for layer in (_clear_layer, _truncate_layer):
+        if work.done():
+            break
+        outcome = layer(work)
+        if isinstance(outcome, Compacted):
+            return replace(outcome, strategy="emergency")
+    if not work.changed:
+        return Unchanged("nothing_to_remove", work.before)
+    return replace(work.result("emergency"), strategy="emergency")
+
+
+def _emergency_target(work: _Work, limit: int | None) -> int:
+    """Half the rejected request, or what fits the stated limit (a window in the provider's
+    tokens, which the calibration converts), whichever is smaller."""
+    target = work.before // 2
+    if limit is not None:
+        budget = work.situation.budget
+        stated = Budget(limit, min(budget.output_reserve, limit - 1), budget.calibration)
+        target = min(target, stated.tokens_at(1.0))
+    return target
+
+
+def _cappable(message: Message) -> bool:
+    # Instructions are never cut; multimodal content is not flattened to text.
+    return is_tool_result(message) or (
+        not is_instruction(message) and isinstance(message.get("content"), str)
+    )
 
 
 _Layer = Callable[[_Work], Plan | None]

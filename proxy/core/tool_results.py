@@ -53,15 +53,18 @@ def clear(message: Message, tool_name: str | None, tokens: int) -> Message:
 
 
 def trim(message: Message, *, max_tokens: int, count: CountText, tool_name: str | None) -> Message:
-    """The result cut to about `max_tokens`: a JSON array to its first items, text to its
-    head and tail, with a note saying what was cut and how to ask for less."""
+    """The result (or, in an emergency, any text message) cut to about `max_tokens`: a JSON
+    array to its first items, text to its head and tail, with a note saying what was cut and
+    how to ask for less."""
     body = text(message)
     max_tokens = max(max_tokens - NOTE_ALLOWANCE, 1)
     items = _json_array(body)
     shown = _first_items(items, max_tokens=max_tokens, count=count) if items else None
     if shown is not None:
         return {**message, "content": shown}
-    return {**message, "content": _head_and_tail(body, max_tokens, count, tool_name)}
+    what = f"{tool_name} result" if tool_name else "tool result"
+    what = what if is_tool_result(message) else "message"
+    return {**message, "content": _head_and_tail(body, max_tokens, count, what)}
 
 
 def _json_array(body: str) -> list[Any] | None:
@@ -94,7 +97,7 @@ def _first_items(items: list[Any], *, max_tokens: int, count: CountText) -> str 
     return "[" + ", ".join(kept) + "]\n" + note
 
 
-def _head_and_tail(body: str, max_tokens: int, count: CountText, tool_name: str | None) -> str:
+def _head_and_tail(body: str, max_tokens: int, count: CountText, what: str) -> str:
     total = count(body)
     # Characters per token of this very text, so the cut lands near the token budget
     # without encoding and decoding.
@@ -103,10 +106,9 @@ def _head_and_tail(body: str, max_tokens: int, count: CountText, tool_name: str 
     tail_start = _line_boundary(body, len(body) - (keep_chars - head_chars), forward=True)
     head, tail = body[:head_chars], body[max(tail_start, head_chars) :]
     cut_tokens = max(total - count(head) - count(tail), 0)
-    name = tool_name or "tool"
     note = (
         f"\n\n[... {cut_tokens} tokens ({len(body) - len(head) - len(tail)} characters) cut "
-        f"from the middle of this {name} result: it was too large for the context window. "
+        f"from the middle of this {what}: it was too large for the context window. "
         "If the missing part matters, call the tool again with a narrower query (a line "
         "range, a filter, a smaller page) rather than guessing what it said ...]\n\n"
     )

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from proxy.core.budget import Budget
 from proxy.core.messages import Message, is_instruction, role
-from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, Unchanged, plan_compaction
+from proxy.core.plan import (
+    Compacted,
+    NeedsSummary,
+    Plan,
+    Situation,
+    Unchanged,
+    plan_compaction,
+    plan_emergency,
+)
 from proxy.core.policy import ContextPolicy
 from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
 from proxy.core.tokens import TokenCounter
@@ -316,3 +324,85 @@ def test_compacting_twice_changes_nothing(messages: list[Message], strategy: str
         return
     again = plan_compaction(situation(result.messages, window=500, strategy=strategy), COUNTER)
     assert isinstance(again, Unchanged)
+
+
+# The emergency plan ------------------------------------------------------------------------
+
+
+def test_emergency_halves_the_rejected_request_without_llm() -> None:
+    messages = chat(6)  # well under the trigger: the provider's window was smaller
+    result = plan_emergency(situation(messages), COUNTER)
+    assert isinstance(result, Compacted)
+    assert result.strategy == "emergency"
+    assert result.tokens_after <= result.tokens_before // 2
+    assert result.messages[:2] == messages[:2]
+    assert is_well_formed(group_units(result.messages))
+
+
+def test_emergency_fits_the_stated_limit() -> None:
+    messages = chat(6)
+    result = plan_emergency(situation(messages), COUNTER, stated_limit=200)
+    assert isinstance(result, Compacted)
+    assert result.tokens_after <= 200
+
+
+def test_emergency_keeps_half_the_recent_window() -> None:
+    messages = chat(6)
+    result = plan_emergency(situation(messages, keep_recent=4), COUNTER, stated_limit=300)
+    assert isinstance(result, Compacted)
+    assert result.messages[-2:] == messages[-2:]
+
+
+def test_emergency_caps_a_huge_user_message() -> None:
+    messages = [system(), user("task"), assistant(), user(words(3000))]
+    result = plan_emergency(situation(messages, window=4000), COUNTER)
+    assert isinstance(result, Compacted)
+    assert "cut from the middle of this message" in result.messages[-1]["content"]
+    assert result.messages[0] == system()
+
+
+def test_emergency_with_nothing_to_remove_says_so() -> None:
+    messages = [system(words(500)), user("task")]
+    assert plan_emergency(situation(messages), COUNTER) == Unchanged(
+        "nothing_to_remove", COUNTER.messages(messages) + COUNTER.tools(TOOLS)
+    )
+    malformed = [user(), tool_result("x")]
+    assert plan_emergency(situation(malformed), COUNTER).reason == "malformed"  # type: ignore[union-attr]
+
+
+@settings(max_examples=200, deadline=None)
+@given(conversation(), st.integers(min_value=50, max_value=5000) | st.none())
+def test_emergency_properties(messages: list[Message], limit: int | None) -> None:
+    result = plan_emergency(situation(messages, window=100_000), COUNTER, stated_limit=limit)
+    if isinstance(result, Unchanged):
+        return
+    assert is_well_formed(group_units(result.messages))
+    assert same_role_pairs(result.messages) <= same_role_pairs(messages)
+    assert _is_subsequence_plus_notes(messages, result.messages) or any(
+        "cut from the middle" in str(m.get("content")) for m in result.messages
+    )
+    assert result.tokens_after < result.tokens_before
+
+
+def test_without_first_user_pin_the_task_can_go() -> None:
+    messages = chat(10)
+    result = run(plan_compaction(situation(messages, pin_first_user=False), COUNTER))
+    assert messages[1] not in result.messages
+    assert result.messages[0] == messages[0]
+
+
+def test_turn_budget_not_enough_goes_on_to_the_next_layers() -> None:
+    messages = [system(), user("q0")]
+    for i in range(6):
+        messages += [assistant_calls(f"c{i}"), tool_result(f"c{i}", words(80)), assistant("a")]
+        messages.append(user(f"q{i + 1} " + words(100)))
+    plan = plan_compaction(situation(messages, window=800, max_context_turns=5), COUNTER)
+    assert isinstance(plan, Compacted | NeedsSummary)
+    assert run(plan).strategy != "max_context_turns"
+
+
+def test_emergency_never_trims_a_result_into_something_bigger() -> None:
+    messages = [user("the task"), assistant_calls("c1"), tool_result("c1", words(10, "data"))]
+    result = plan_emergency(situation(messages, window=100_000), COUNTER)
+    out = result.messages if isinstance(result, Compacted) else messages
+    assert all("cut from the middle" not in str(m.get("content")) for m in out)

@@ -51,6 +51,7 @@ def test_every_field_kept_as_sent(extra: dict[str, Any], messages: list[dict[str
         (b"null", None),
         (b'"s"', None),
         (b"{}", "messages"),
+        (b'{"messages": 5}', "messages"),
         (b'{"messages": [1]}', "messages[0]"),
     ],
 )
