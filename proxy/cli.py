@@ -7,6 +7,7 @@ an operator reading a container log should see what to fix, not where Python was
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -14,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from proxy import __version__
+from proxy.core.policy import STRATEGIES
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings
 
+EXIT_INPUT = 1
 EXIT_CONFIG = 2
 
 
@@ -29,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"compaction-proxy: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
-    return int(args.run(settings) or 0)
+    return int(args.run(settings, args) or 0)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,17 +54,43 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", choices=["critical", "error", "warning", "info", "debug"], type=str.lower
     )
     serve.set_defaults(run=_serve)
+    _add_inspect(commands)
     return parser
+
+
+def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    inspect = commands.add_parser(
+        "inspect",
+        help="show what the proxy would forward for a request, without sending it",
+        description="Dry-run a chat completion request body: token breakdown, pressure, and "
+        "the messages compaction would forward.",
+    )
+    inspect.add_argument("request", type=Path, metavar="REQUEST.json")
+    inspect.add_argument(
+        "--config", type=Path, metavar="FILE", help="YAML config (default: config/proxy.yaml)"
+    )
+    inspect.add_argument("--context-window", type=int, metavar="N", help="the model's window")
+    inspect.add_argument("--strategy", choices=STRATEGIES, help="compaction strategy to use")
+    inspect.add_argument(
+        "--summary-url",
+        metavar="URL",
+        help="OpenAI-compatible base URL to summarize with (else summaries become truncation)",
+    )
+    inspect.add_argument(
+        "--force", action="store_true", help="compact even under the trigger (like /compact)"
+    )
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect.set_defaults(run=_inspect)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     """CLI flags as a partial settings mapping; flags not given override nothing."""
     flags = {
-        ("server", "host"): args.host,
-        ("server", "port"): args.port,
-        ("upstream", "base_url"): args.upstream,
-        ("redis", "url"): args.redis,
-        ("log", "level"): args.log_level,
+        ("server", "host"): getattr(args, "host", None),
+        ("server", "port"): getattr(args, "port", None),
+        ("upstream", "base_url"): getattr(args, "upstream", None),
+        ("redis", "url"): getattr(args, "redis", None),
+        ("log", "level"): getattr(args, "log_level", None),
     }
     overrides: dict[str, Any] = {}
     for (section, key), value in flags.items():
@@ -70,7 +99,20 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def _serve(settings: Settings) -> int:
+def _inspect(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.dry_run import DryRunError, Options, inspect_file, render_text
+
+    options = Options(args.context_window, args.strategy, args.summary_url, args.force)
+    try:
+        report = inspect_file(args.request, settings, options)
+    except DryRunError as exc:
+        print(f"compaction-proxy: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render_text(report))
+    return 0
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from proxy.web import create_app

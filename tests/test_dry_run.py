@@ -1,0 +1,144 @@
+"""`compaction-proxy inspect`: a dry run on request files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.cli import EXIT_INPUT, main
+from proxy.mock_upstream import MockUpstream, Reply
+from tests.builders import assistant, assistant_calls, system, tool_result, user
+from tests.servers import free_port, serve_in_thread
+
+TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+
+
+def agent_request(turns: int = 40) -> dict[str, Any]:
+    """A coding agent's request after `turns` tool calls reading large files."""
+    messages = [system("You are a coding agent."), user("Fix the failing test in src/app.py.")]
+    for i in range(turns):
+        messages += [
+            assistant_calls(f"call_{i}", name="read_file", arguments={"path": f"src/m{i}.py"}),
+            tool_result(f"call_{i}", f"# module {i}\n" + "def f():\n    return 1\n" * 200),
+        ]
+    messages.append(assistant("I found it."))
+    return {"model": "gpt-4o-mini", "messages": messages, "tools": TOOLS, "temperature": 0}
+
+
+@pytest.fixture
+def request_file(tmp_path: Path) -> Path:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(agent_request()))
+    return path
+
+
+def inspect(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["inspect", *args, "--config", "/dev/null"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_json_report_of_a_compaction(
+    request_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = inspect(capsys, str(request_file), "--context-window", "32000", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert set(report) == {
+        "tokens_before",
+        "tokens_after",
+        "pressure_before",
+        "strategy_applied",
+        "messages",
+    }
+    assert report["pressure_before"] > 0.75
+    assert report["strategy_applied"] == "clear_tool_results"
+    assert report["tokens_after"] < report["tokens_before"] / 2
+    assert report["messages"][:2] == agent_request()["messages"][:2]
+
+
+def test_text_report(request_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = inspect(capsys, str(request_file), "--context-window", "32000")
+    assert code == 0
+    assert "window: 32000 tokens (--context-window)" in out
+    assert "tool_results" in out
+    assert "placeholders" in out
+    assert "action: clear_tool_results" in out
+    assert "tool result cleared to save context" in out
+
+
+def test_under_the_trigger_nothing_happens(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "small.json"
+    path.write_text(
+        json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    )
+    code, out, _ = inspect(capsys, str(path))
+    assert code == 0
+    assert "window: 128000 tokens (known models table)" in out
+    assert "action: none (under_trigger)" in out
+
+
+def test_summary_without_url_truncates(
+    request_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = (str(request_file), "--context-window", "32000", "--strategy", "summarize")
+    code, out, _ = inspect(capsys, *args)
+    assert code == 0
+    assert "action: truncate" in out
+    assert "give --summary-url to summarize" in out
+
+
+@pytest.fixture
+def summarizer() -> Iterator[tuple[MockUpstream, str]]:
+    upstream = MockUpstream(default=Reply(content="## Goal\n- fix the failing test"))
+    with serve_in_thread(upstream.app) as base_url:
+        yield upstream, f"{base_url}/v1"
+
+
+def test_summary_with_url_calls_the_summarizer(
+    request_file: Path, capsys: pytest.CaptureFixture[str], summarizer: tuple[MockUpstream, str]
+) -> None:
+    upstream, url = summarizer
+    args = (str(request_file), "--context-window", "32000", "--strategy", "summarize")
+    code, out, _ = inspect(capsys, *args, "--summary-url", url, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["strategy_applied"] == "summarize"
+    asked = upstream.last.json()
+    assert asked["model"] == "gpt-4o-mini"
+    assert "The turns to summarize" in asked["messages"][1]["content"]
+    task = report["messages"][1]["content"]
+    assert "- fix the failing test" in task
+    assert "src/m0.py" in task  # a path the summary lost, appended from the ledger
+
+
+def test_summarizer_failure_truncates(
+    request_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    args = (str(request_file), "--context-window", "32000", "--strategy", "summarize")
+    code, out, _ = inspect(capsys, *args, "--summary-url", url)
+    assert code == 0
+    assert "action: truncate" in out
+    assert "failed" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read"), ("{]", "is not a chat completion request")],
+)
+def test_unreadable_request_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    path = tmp_path / "bad.json"
+    if content is not None:
+        path.write_text(content)
+    code, _, err = inspect(capsys, str(path))
+    assert code == EXIT_INPUT
+    assert message in err
