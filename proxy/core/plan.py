@@ -241,8 +241,11 @@ def _clear_layer(work: _Work) -> Plan | None:
         message = messages[index]
         if is_tool_result(message) and not is_cleared(message):
             tokens = work.counter.message(message)
-            messages[index] = clear(message, work.tool_name(index), tokens)
-            excess -= tokens - work.counter.message(messages[index])
+            placeholder = clear(message, work.tool_name(index), tokens)
+            saved = tokens - work.counter.message(placeholder)
+            if saved > 0:  # a short result costs less than its placeholder: keep it
+                messages[index] = placeholder
+                excess -= saved
     work.update(messages, "clear_tool_results")
     return work.result("clear_tool_results") if work.changed and work.done() else None
 
@@ -316,7 +319,11 @@ class _Eviction:
         need = work.counter.messages(messages) + work.tools - work.target + note_tokens
         taken, freed = 0, 0
         while taken < len(candidates) and freed < need:
-            freed += sum(work.counter.message(messages[i]) for i in candidates[taken].indices())
+            freed += sum(
+                work.counter.message(messages[i])
+                for i in candidates[taken].indices()
+                if not is_instruction(messages[i])  # kept, so not freed
+            )
             taken += 1
         # One unit more if that lets the span end right before a user message: the note then
         # stands alone between the task and that message instead of being merged into one.
