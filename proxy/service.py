@@ -14,6 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 
 from proxy.adapters.store import Store, StoreUnavailableError
+from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
 from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
 from proxy.core.policy import ModelPolicies
@@ -53,11 +54,13 @@ class ProxyService:
         upstream: Upstream,
         store: Store,
         policies: ModelPolicies,
+        encoders: Encoders,
         upstream_api_key: str | None = None,
     ) -> None:
         self._upstream = upstream
         self._store = store
         self._policies = policies
+        self._encoders = encoders
         self._api_key = upstream_api_key
 
     async def chat_completion(self, incoming: Incoming, raw: bytes) -> Reply:

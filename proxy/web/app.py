@@ -1,12 +1,14 @@
 """The application factory.
 
-I/O is passed in, never reached for: tests and embedders hand in their own `Upstream` or
-`Store`; by default both are built from the settings. They are opened in the app's lifespan,
-inside the event loop that serves requests, and closed when it ends.
+I/O is passed in, never reached for: tests and embedders hand in their own `Upstream`,
+`Store` or tokenizer `Encoders`; by default they are built from the settings. They are
+opened in the app's lifespan, inside the event loop that serves requests, and closed when
+it ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +17,7 @@ from starlette.exceptions import HTTPException
 
 from proxy import __version__
 from proxy.adapters.store import Store, open_store
+from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.adapters.upstream import Upstream
 from proxy.errors import ProxyError
 from proxy.service import ProxyService
@@ -23,7 +26,11 @@ from proxy.web import routes
 
 
 def create_app(
-    settings: Settings, *, upstream: Upstream | None = None, store: Store | None = None
+    settings: Settings,
+    *,
+    upstream: Upstream | None = None,
+    store: Store | None = None,
+    encoders: Encoders | None = None,
 ) -> FastAPI:
     """The proxy as an ASGI app, configured by `settings`."""
 
@@ -35,12 +42,16 @@ def create_app(
             max_connections=settings.upstream.max_connections,
         )
         sessions = store or open_store(settings.redis.url)
+        # Loaded once, off the event loop (reading the files takes about a second); when they
+        # cannot be loaded this logs the one startup warning and counts approximately.
+        tokenizers = encoders if encoders is not None else await asyncio.to_thread(load_encoders)
         await client.open()
         api_key = settings.upstream.api_key
         app.state.service = ProxyService(
             upstream=client,
             store=sessions,
             policies=settings.model_policies(),
+            encoders=tokenizers,
             upstream_api_key=api_key.get_secret_value() if api_key else None,
         )
         app.state.max_body_bytes = settings.server.max_body_bytes
