@@ -25,7 +25,7 @@ from proxy.core.policy import ContextPolicy
 from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
 from proxy.core.tokens import TokenCounter
 from proxy.core.tool_results import is_tool_result
-from proxy.core.units import group_units, is_well_formed
+from proxy.core.units import group_units, is_well_formed, pins
 from tests.builders import assistant, assistant_calls, system, tool_result, user
 from tests.core.alternation import same_role_pairs
 from tests.core.conversations import conversation
@@ -306,6 +306,11 @@ def test_properties(
     assert out[: len(head)] == head
     assert any(detach_note(m)[0] == messages[len(head)] for m in out)  # the task
     assert _is_subsequence_plus_notes(messages, out)
+    # The recent window (rounded out to whole units) is kept, at the end.
+    recent = messages[pins(messages, group_units(messages), keep_recent=keep_recent,
+                           pin_first_user=True).recent :]  # fmt: skip
+    assert len(out) >= len(recent)
+    assert all(_matches(a, b) for a, b in zip(recent, out[len(out) - len(recent) :], strict=True))
     # The plan says whether the result fits, truthfully.
     total = COUNTER.messages(out) + COUNTER.tools(TOOLS)
     assert result.tokens_after == total
