@@ -1,0 +1,186 @@
+"""Sessions and checkpoints: how a compaction outlives the request that made it.
+
+Clients resend their whole history on every request. After a compaction, the proxy must send
+the *same* compacted prefix on every later request of that conversation, byte for byte, so
+that the provider's prompt cache keeps hitting; and it must notice when the client's history
+no longer extends the one it compacted (an edit, a rewind, a branch).
+
+- The *head* is the leading system/developer messages. They are forwarded as the request
+  has them and take no part in hashing (they often carry a timestamp).
+- The *body* is everything after. Its chain hashes are `h_i = H(h_{i-1} || canonical(m_i))`,
+  so `h_k` names the exact first k body messages.
+- A `Checkpoint` says: the body prefix `h_k` (k messages) is replaced by the frozen messages
+  R. A request whose body has `h_k` among its own chain hashes is forwarded as
+  `head + R + body[k:]`; the longest matching checkpoint wins; a changed prefix matches none.
+- The session id is the client's `X-Session-Id`, else `h_1`: the conversation's first body
+  message names it, so every request of one conversation finds the same session.
+- The tenant is a hash of the credential the request is made with; it namespaces everything
+  stored, and is never the credential itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from proxy.core.messages import Message, is_instruction
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+_HASH_BYTES = 16
+
+
+def canonical(message: Message) -> bytes:
+    """The message as canonical JSON bytes: the same dict always gives the same bytes."""
+    return _ENCODER.encode(message).encode()
+
+
+def content_hash(message: Message) -> str:
+    """A content address for one message (the archive stores messages under it)."""
+    return hashlib.blake2b(canonical(message), digest_size=_HASH_BYTES).hexdigest()
+
+
+def chain_hashes(body: Sequence[Message]) -> list[str]:
+    """`h_1 .. h_n` for the body: `h_k` names its first k messages, in order."""
+    hashes: list[str] = []
+    previous = b""
+    for message in body:
+        digest = hashlib.blake2b(previous, digest_size=_HASH_BYTES)
+        digest.update(canonical(message))
+        hashes.append(digest.hexdigest())
+        previous = digest.digest()
+    return hashes
+
+
+def split_head(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
+    """The leading instructions and the body after them."""
+    index = 0
+    while index < len(messages) and is_instruction(messages[index]):
+        index += 1
+    return list(messages[:index]), list(messages[index:])
+
+
+def tenant_of(credential: str | None) -> str:
+    """The tenant for a credential (an Authorization value or an API key); never reversible."""
+    digest = hashlib.blake2b((credential or "").encode(), digest_size=12, person=b"tenant")
+    return digest.hexdigest()
+
+
+def session_id_of(header: str | None, hashes: Sequence[str]) -> str | None:
+    """The client's session id, else the one derived from the first body message."""
+    if header:
+        return header
+    return hashes[0] if hashes else None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The body prefix named `prefix_hash` (`covered` messages) is replaced by `messages`."""
+
+    prefix_hash: str
+    covered: int
+    messages: list[Message]
+    created_at: float
+    strategy: str
+    tokens_before: int
+    tokens_after: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    """One compaction, for the session's history."""
+
+    at: float
+    trigger: str
+    """Why it ran: pressure, hook, overflow (emergency), manual."""
+    strategy: str
+    tokens_before: int
+    tokens_after: int
+    summarizer_model: str | None = None
+    summarizer_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompactionRecord:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """What the proxy remembers of one session between requests."""
+
+    turns: int = 0
+    last_compaction_turn: int | None = None
+    model: str | None = None
+    last_seen: float | None = None
+    last_pressure: float | None = None
+    last_usage: dict[str, Any] | None = None
+    history: tuple[CompactionRecord, ...] = field(default_factory=tuple)
+
+    @property
+    def turns_since_compaction(self) -> int | None:
+        if self.last_compaction_turn is None:
+            return None
+        return self.turns - self.last_compaction_turn
+
+
+def find_checkpoint(
+    hashes: Sequence[str], checkpoints: Mapping[str, Checkpoint]
+) -> Checkpoint | None:
+    """The checkpoint covering the longest prefix of the body whose chain is `hashes`."""
+    for covered in range(len(hashes), 0, -1):
+        checkpoint = checkpoints.get(hashes[covered - 1])
+        if checkpoint is not None and checkpoint.covered == covered:
+            return checkpoint
+    return None
+
+
+def view(
+    head: Sequence[Message], body: Sequence[Message], checkpoint: Checkpoint | None
+) -> list[Message]:
+    """What to forward (before any new compaction): `head + R + body[k:]`."""
+    if checkpoint is None:
+        return [*head, *body]
+    return [*head, *checkpoint.messages, *body[checkpoint.covered :]]
+
+
+def new_checkpoint(
+    head: Sequence[Message],
+    body: Sequence[Message],
+    hashes: Sequence[str],
+    compacted: Sequence[Message],
+    **details: Any,
+) -> Checkpoint | None:
+    """The checkpoint that freezes `compacted` (a compaction of this request's view).
+
+    The part of `compacted` after the head that ends with messages of the body, unchanged,
+    is the live tail; what comes before it is the new frozen prefix R, replacing the body up
+    to where that tail starts. None when the compaction changed nothing of the body.
+    """
+    rest = list(compacted[len(head) :])
+    tail = 0
+    while (
+        tail < min(len(rest), len(body))
+        and rest[len(rest) - 1 - tail] == body[len(body) - 1 - tail]
+    ):
+        tail += 1
+    covered = len(body) - tail
+    if covered == 0:
+        return None
+    return Checkpoint(
+        prefix_hash=hashes[covered - 1],
+        covered=covered,
+        messages=rest[: len(rest) - tail],
+        **details,
+    )

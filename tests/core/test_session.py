@@ -1,0 +1,116 @@
+"""Chain hashes, checkpoints and the forwarded view."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.messages import Message
+from proxy.core.session import (
+    Checkpoint,
+    CompactionRecord,
+    SessionState,
+    canonical,
+    chain_hashes,
+    content_hash,
+    find_checkpoint,
+    new_checkpoint,
+    session_id_of,
+    split_head,
+    tenant_of,
+    view,
+)
+from tests.builders import assistant, system, user
+from tests.core.conversations import conversation
+
+BODY = [user("task"), assistant("a1"), user("u2"), assistant("a2"), user("u3")]
+
+
+def checkpoint(covered: int, messages: list[Message]) -> Checkpoint:
+    return Checkpoint(chain_hashes(BODY)[covered - 1], covered, messages, 0.0, "truncate", 9, 3)
+
+
+def test_canonical_ignores_key_order() -> None:
+    assert canonical({"role": "user", "content": "x"}) == canonical(
+        {"content": "x", "role": "user"}
+    )
+    assert content_hash(user("x")) != content_hash(user("y"))
+
+
+def test_chain_hash_names_the_exact_prefix() -> None:
+    hashes = chain_hashes(BODY)
+    assert chain_hashes(BODY[:3]) == hashes[:3]
+    edited = [user("task"), assistant("A1"), *BODY[2:]]
+    assert chain_hashes(edited)[0] == hashes[0]
+    assert chain_hashes(edited)[1:] != hashes[1:]  # everything after an edit differs
+
+
+def test_head_is_the_leading_instructions() -> None:
+    assert split_head([system(), system("b"), user(), system("mid")]) == (
+        [system(), system("b")],
+        [user(), system("mid")],
+    )
+
+
+def test_tenant_and_session_ids() -> None:
+    assert tenant_of("Bearer sk-a") != tenant_of("Bearer sk-b")
+    assert "sk-a" not in tenant_of("Bearer sk-a")
+    assert tenant_of(None) == tenant_of("")
+    assert session_id_of("mine", ["h1"]) == "mine"
+    assert session_id_of(None, ["h1", "h2"]) == "h1"
+    assert session_id_of(None, []) is None
+
+
+def test_longest_matching_checkpoint_wins() -> None:
+    short, long = checkpoint(2, [user("s")]), checkpoint(4, [user("l")])
+    stored = {c.prefix_hash: c for c in (short, long)}
+    assert find_checkpoint(chain_hashes(BODY), stored) == long
+    assert find_checkpoint(chain_hashes(BODY[:3]), stored) == short
+    assert find_checkpoint(chain_hashes([user("other"), *BODY[1:]]), stored) is None
+
+
+def test_view_replaces_the_covered_prefix() -> None:
+    head = [system()]
+    assert view(head, BODY, None) == [system(), *BODY]
+    frozen = [user("task"), assistant("[summary]")]
+    assert view(head, BODY, checkpoint(4, frozen)) == [system(), *frozen, user("u3")]
+
+
+def test_new_checkpoint_freezes_what_changed() -> None:
+    head = [system()]
+    compacted = [system(), user("task"), assistant("[2 omitted]"), *BODY[3:]]
+    made = new_checkpoint(head, BODY, chain_hashes(BODY), compacted, created_at=1.0,
+                          strategy="truncate", tokens_before=9, tokens_after=5)  # fmt: skip
+    assert made is not None
+    assert (made.covered, made.messages) == (3, [user("task"), assistant("[2 omitted]")])
+    assert made.prefix_hash == chain_hashes(BODY)[2]
+    assert view(head, BODY, made) == compacted
+
+
+def test_nothing_changed_is_no_checkpoint() -> None:
+    assert new_checkpoint([], BODY, chain_hashes(BODY), BODY, created_at=0.0, strategy="x",
+                          tokens_before=1, tokens_after=1) is None  # fmt: skip
+
+
+def test_records_round_trip_through_json() -> None:
+    made = checkpoint(2, [user("s")])
+    assert Checkpoint.from_json(made.to_json()) == made
+    record = CompactionRecord(1.0, "pressure", "summarize", 100, 40, "gpt-4o-mini", 900)
+    assert CompactionRecord.from_json(record.to_json()) == record
+    assert SessionState(turns=5, last_compaction_turn=3).turns_since_compaction == 2
+    assert SessionState().turns_since_compaction is None
+
+
+@given(conversation(), st.data())
+def test_view_of_new_checkpoint_reproduces_the_compaction(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    head, body = split_head(messages)
+    cut = data.draw(st.integers(min_value=1, max_value=len(body)))
+    compacted = [*head, user("[note]"), *body[cut:]]
+    made = new_checkpoint(head, body, chain_hashes(body), compacted, created_at=0.0,
+                          strategy="x", tokens_before=0, tokens_after=0)  # fmt: skip
+    assert made is not None
+    assert view(head, body, made) == compacted
+    longer = [*body, assistant("next")]
+    assert view(head, longer, made) == [*compacted, assistant("next")]
