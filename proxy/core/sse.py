@@ -1,0 +1,90 @@
+"""Reading a chat completion stream as it is relayed: usage, the extra usage chunk, errors.
+
+The proxy needs `usage.prompt_tokens` from every response to calibrate its estimates, so it
+asks streams for usage (`stream_options.include_usage`) when the client did not. That adds
+one chunk before `[DONE]` whose `choices` is empty; some clients index `choices[0]`
+unconditionally, so when the client did not ask for it the chunk is taken out again.
+
+`StreamTap` is fed the raw bytes as they arrive and hands back the bytes to send on: whole
+events, unchanged, in order (only the one usage chunk may be dropped). An event is complete
+at its blank line; a partial event waits for the rest. JSON is parsed only for the one event
+that can be the usage chunk, so relaying costs a byte search per chunk, not a parse per event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# Events end at a blank line; servers use \n\n, some \r\n\r\n.
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+_NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
+_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+
+
+@dataclass(slots=True)
+class StreamTap:
+    """Splits a stream into events, keeps the usage, drops the usage chunk if asked to."""
+
+    strip_usage_chunk: bool
+    usage: dict[str, Any] | None = None
+    _pending: bytearray = field(default_factory=bytearray)
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The complete events of what arrived so far, to relay now."""
+        self._pending += chunk
+        out = bytearray()
+        start = 0
+        for end in _EVENT_END.finditer(self._pending):
+            event = bytes(self._pending[start : end.end()])
+            start = end.end()
+            if not self._is_usage_chunk(event) or not self.strip_usage_chunk:
+                out += event
+        del self._pending[:start]
+        return bytes(out)
+
+    def flush(self) -> bytes:
+        """Whatever is left when the stream ends (an unterminated last event)."""
+        rest = bytes(self._pending)
+        self._pending.clear()
+        return rest
+
+    def _is_usage_chunk(self, event: bytes) -> bool:
+        if b'"usage"' not in event or _NULL_USAGE.search(event):
+            return False
+        data = event_data(event)
+        if data is None or not isinstance(data.get("usage"), dict):
+            return False
+        self.usage = data["usage"]
+        return _EMPTY_CHOICES.search(event) is not None
+
+
+def event_data(event: bytes) -> dict[str, Any] | None:
+    """The JSON object of an event's `data:` lines, or None (a comment, `[DONE]`, not JSON)."""
+    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
+    if not lines:
+        return None
+    try:
+        value = json.loads(b"\n".join(lines))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def first_event(buffer: bytes) -> bytes | None:
+    """The first complete event in `buffer`, or None until one has fully arrived."""
+    end = _EVENT_END.search(buffer)
+    return buffer[: end.end()] if end else None
+
+
+def with_usage_requested(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`body` asking for the usage chunk, and whether the client had not asked for it."""
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return body, False
+    merged = (
+        {**options, "include_usage": True} if isinstance(options, dict) else {"include_usage": True}
+    )
+    return {**body, "stream_options": merged}, True

@@ -1,0 +1,101 @@
+"""Reading a relayed stream: events kept whole, usage found, the usage chunk dropped."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.sse import StreamTap, event_data, first_event, with_usage_requested
+
+USAGE = {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125}
+
+
+def event(data: object) -> bytes:
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+CHUNKS = [
+    event({"choices": [{"delta": {"role": "assistant"}}], "usage": None}),
+    b": keep-alive\n\n",
+    event({"choices": [{"delta": {"content": "hi"}}], "usage": None}),
+    event({"choices": [], "usage": USAGE}),
+    b"data: [DONE]\n\n",
+]
+STREAM = b"".join(CHUNKS)
+
+
+def relay(tap: StreamTap, pieces: list[bytes]) -> bytes:
+    return b"".join(tap.feed(piece) for piece in pieces) + tap.flush()
+
+
+def test_usage_chunk_dropped_and_usage_kept() -> None:
+    tap = StreamTap(strip_usage_chunk=True)
+    assert relay(tap, [STREAM]) == STREAM.replace(CHUNKS[3], b"")
+    assert tap.usage == USAGE
+
+
+def test_usage_chunk_kept_when_the_client_asked() -> None:
+    tap = StreamTap(strip_usage_chunk=False)
+    assert relay(tap, [STREAM]) == STREAM
+    assert tap.usage == USAGE
+
+
+def test_usage_on_a_content_chunk_is_read_but_kept() -> None:
+    last = event({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": USAGE})
+    tap = StreamTap(strip_usage_chunk=True)
+    assert relay(tap, [last]) == last
+    assert tap.usage == USAGE
+
+
+def test_crlf_events_and_unterminated_tail() -> None:
+    stream = b'data: {"choices": [], "usage": {"prompt_tokens": 1}}\r\n\r\ndata: [DONE]'
+    tap = StreamTap(strip_usage_chunk=True)
+    assert relay(tap, [stream]) == b"data: [DONE]"
+    assert tap.usage == {"prompt_tokens": 1}
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
+def test_any_split_gives_the_same_bytes(cuts: list[int]) -> None:
+    points = sorted(set(cuts))
+    pieces = [STREAM[a:b] for a, b in zip([0, *points], [*points, len(STREAM)], strict=True)]
+    for strip in (True, False):
+        tap = StreamTap(strip_usage_chunk=strip)
+        expected = STREAM.replace(CHUNKS[3], b"") if strip else STREAM
+        assert relay(tap, pieces) == expected
+        assert tap.usage == USAGE
+
+
+def test_event_data() -> None:
+    assert event_data(event({"a": 1})) == {"a": 1}
+    assert event_data(b"data: [DONE]\n\n") is None
+    assert event_data(b": comment\n\n") is None
+    assert event_data(b"data: [1]\n\n") is None
+    assert event_data(b"data: \xff\n\n") is None
+    assert event_data(b'event: x\ndata: {"a":\ndata: 2}\n\n') == {"a": 2}
+
+
+def test_first_event() -> None:
+    assert first_event(b"data: {}") is None
+    assert first_event(b"data: {}\n\ndata: x") == b"data: {}\n\n"
+
+
+def test_usage_requested_only_when_absent() -> None:
+    body = {"stream": True}
+    asked, added = with_usage_requested(body)
+    assert (asked["stream_options"], added) == ({"include_usage": True}, True)
+    assert body == {"stream": True}  # the client's dict is not changed
+    kept = {"stream_options": {"include_usage": True}}
+    assert with_usage_requested(kept) == (kept, False)
+    merged, added = with_usage_requested({"stream_options": {"include_obfuscation": False}})
+    assert merged["stream_options"] == {"include_obfuscation": False, "include_usage": True}
+    assert added
+
+
+def test_the_word_usage_in_content_is_not_usage() -> None:
+    chunk = event({"choices": [{"delta": {"content": 'say "usage": 5'}}]})
+    odd = event({"choices": [], "usage": 7})
+    tap = StreamTap(strip_usage_chunk=True)
+    assert relay(tap, [chunk, odd]) == chunk + odd
+    assert tap.usage is None
