@@ -237,7 +237,12 @@ class Settings(_Section):
             name: default.replace(**entry.model_dump(exclude_none=True))
             for name, entry in self.models.items()
         }
-        return ModelPolicies(default=default, overrides=overrides)
+        windows = {
+            name: entry.context_window
+            for name, entry in self.models.items()
+            if entry.context_window is not None
+        }
+        return ModelPolicies(default=default, overrides=overrides, windows=windows)
 
     def hook_rules(self) -> tuple[core_hooks.Hook, ...]:
         """The declared hooks as the core's values (the default hook is added per model)."""

@@ -14,7 +14,7 @@ import dataclasses
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 Strategy = Literal["auto", "trim_tool_results", "clear_tool_results", "summarize", "truncate"]
 """`auto` runs every layer cheapest first; the others run one layer alone."""
@@ -22,6 +22,7 @@ Strategy = Literal["auto", "trim_tool_results", "clear_tool_results", "summarize
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 
 _WILDCARDS = frozenset("*?[]")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,26 +57,35 @@ class ModelPolicies:
 
     default: ContextPolicy = ContextPolicy()
     overrides: Mapping[str, ContextPolicy] = field(default_factory=dict)
+    windows: Mapping[str, int] = field(default_factory=dict)
+    """The windows `models:` entries set explicitly (the default's is only a fallback)."""
 
     def __post_init__(self) -> None:
-        lowered = {name.lower(): policy for name, policy in self.overrides.items()}
-        object.__setattr__(self, "overrides", lowered)
+        for name in ("overrides", "windows"):
+            lowered = {key.lower(): value for key, value in getattr(self, name).items()}
+            object.__setattr__(self, name, lowered)
 
     def for_model(self, model: str | None) -> ContextPolicy:
         """The policy for `model`: its exact entry, else its most specific pattern, else default."""
-        if not model:
-            return self.default
-        wanted = model.lower()
-        if wanted in self.overrides:
-            return self.overrides[wanted]
-        matches = [
-            (_specificity(name), policy)
-            for name, policy in self.overrides.items()
-            if _WILDCARDS & set(name) and fnmatch.fnmatchcase(wanted, name)
-        ]
-        if not matches:
-            return self.default
-        return max(matches, key=lambda match: match[0])[1]
+        return _lookup(self.overrides, model) or self.default
+
+    def configured_window(self, model: str | None) -> int | None:
+        """The window a `models:` entry sets for `model`, if one does."""
+        return _lookup(self.windows, model)
+
+
+def _lookup(table: Mapping[str, _T], model: str | None) -> _T | None:
+    if not model:
+        return None
+    wanted = model.lower()
+    if wanted in table:
+        return table[wanted]
+    matches = [
+        (_specificity(name), value)
+        for name, value in table.items()
+        if _WILDCARDS & set(name) and fnmatch.fnmatchcase(wanted, name)
+    ]
+    return max(matches, key=lambda match: match[0])[1] if matches else None
 
 
 def _specificity(pattern: str) -> int:

@@ -44,3 +44,13 @@ def test_mixed_case_keys_match() -> None:
 def test_replace_keeps_other_fields() -> None:
     changed = DEFAULT.replace(keep_recent=2)
     assert (changed.keep_recent, changed.context_window) == (2, 8192)
+
+
+def test_configured_window_only_from_models_entries() -> None:
+    policies = ModelPolicies(
+        default=DEFAULT, overrides={"m*": DEFAULT}, windows={"M-Large": 32_000, "m*": 8_000}
+    )
+    assert policies.configured_window("m-large") == 32_000
+    assert policies.configured_window("m-small") == 8_000
+    assert policies.configured_window("other") is None
+    assert policies.configured_window(None) is None
