@@ -97,6 +97,22 @@ class NeedsSummary:
     span: tuple[Message, ...]
     _eviction: _Eviction
 
+    @property
+    def previous(self) -> str | None:
+        """The earlier summary the new one must fold in, if any."""
+        return self._eviction.previous
+
+    def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]:
+        """The summarizer request for one part of the span (when it is summarized in parts,
+        each part folds in the summary of the parts before it)."""
+        situation = self._eviction.work.situation
+        return summary_request(
+            part,
+            previous=previous,
+            model=_model(situation.body),
+            max_tokens=situation.policy.summary_max_tokens,
+        )
+
     def complete(self, summary: str) -> Compacted:
         """The conversation with the span replaced by `summary` (plus what it lost)."""
         eviction = self._eviction

@@ -15,7 +15,7 @@ request offers, so the model keeps using them after its own earlier calls are go
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from proxy.core.messages import Message, role, text, tool_calls
@@ -128,6 +128,23 @@ def summary_request(
     if model:
         body["model"] = model
     return body
+
+
+def split_span(
+    span: Sequence[Message], *, max_tokens: int, count: Callable[[Message], int]
+) -> list[list[Message]]:
+    """`span` in consecutive parts of at most `max_tokens` each, for a summarizer whose own
+    window cannot take it whole; a message larger than that is a part of its own."""
+    parts: list[list[Message]] = [[]]
+    used = 0
+    for message in span:
+        tokens = count(message)
+        if parts[-1] and used + tokens > max_tokens:
+            parts.append([])
+            used = 0
+        parts[-1].append(message)
+        used += tokens
+    return [part for part in parts if part]
 
 
 def render(message: Message) -> str:

@@ -413,3 +413,14 @@ def test_emergency_never_trims_a_result_into_something_bigger() -> None:
     result = plan_emergency(situation(messages, window=100_000), COUNTER)
     out = result.messages if isinstance(result, Compacted) else messages
     assert all("cut from the middle" not in str(m.get("content")) for m in out)
+
+
+def test_summary_in_parts_folds_each_into_the_next() -> None:
+    plan = plan_compaction(situation(chat(10)), COUNTER)
+    assert isinstance(plan, NeedsSummary)
+    assert plan.previous is None
+    first = plan.request_for(plan.span[:2], None)
+    second = plan.request_for(plan.span[2:], "- summary of part one")
+    assert "reply 0" in first["messages"][1]["content"]
+    assert "- summary of part one" in second["messages"][1]["content"]
+    assert first["model"] == "m"

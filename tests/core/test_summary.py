@@ -13,6 +13,7 @@ from proxy.core.summary import (
     note_of,
     offered_tools,
     render,
+    split_span,
     summary_request,
     summary_text,
 )
@@ -100,3 +101,10 @@ def test_completion_text() -> None:
         {"choices": [{"message": {"content": " "}}]},
     ]
     assert [completion_text(body) for body in bad] == [None] * 4
+
+
+def test_split_span_in_parts() -> None:
+    span = [user("a " * 10), user("b " * 10), user("c " * 30), user("d")]
+    parts = split_span(span, max_tokens=25, count=lambda m: len(str(m["content"]).split()))
+    assert parts == [[span[0], span[1]], [span[2]], [span[3]]]
+    assert split_span([], max_tokens=5, count=len) == []
