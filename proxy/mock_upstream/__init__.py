@@ -1,0 +1,34 @@
+"""A mock OpenAI-compatible upstream, for tests, demos and benchmarks.
+
+It answers like a provider does, over real HTTP when served by uvicorn: chat completions
+(whole and as SSE, with content and tool-call deltas, usage, the provider's headers),
+scripted errors, `/v1/models`, and an echo of any other `/v1/*` request. Every request it
+receives is recorded, so a test can check what the proxy actually forwarded.
+
+Replies are scripted with `MockUpstream.queue(Reply(...))`. With nothing queued, the answer
+is, in order: `MockUpstream.default` when one was given; the summarizer's summary for a
+request carrying the proxy's summary prompt; the agent's next move when an `AgentScript` was
+given; else `Reply()`.
+
+Options make it a strict, realistic provider; all are off by default:
+
+- `window`, `token_factor`: a context window, counted by a tokenizer that disagrees with the
+  proxy's; an overflow gets OpenAI's `context_length_exceeded` 400 (streams too, before any
+  event), and `usage` reports the provider's count;
+- `strict`, `roles_alternate`: OpenAI's tool-pairing 400s, and a strict template's
+  alternation 400;
+- `agent`: tool calls for a few rounds per user turn, then an answer;
+- `summary_quality`: a summarizer that keeps the facts, or one that loses them;
+- prompt-cache accounting in `usage.prompt_tokens_details.cached_tokens`, after OpenAI's rule.
+
+Modules: `app` (the server and its state), `script` (what tests queue and read back),
+`completions` (a reply as JSON or SSE chunks), `errors` (the providers' wording),
+`strictness`, `meter` (token counts), `cache`, `agent`, `summarizer`.
+"""
+
+from proxy.mock_upstream.agent import AgentScript
+from proxy.mock_upstream.app import MockUpstream
+from proxy.mock_upstream.script import Recorded, Reply, ToolCall
+from proxy.mock_upstream.summarizer import SummaryQuality
+
+__all__ = ["AgentScript", "MockUpstream", "Recorded", "Reply", "SummaryQuality", "ToolCall"]

@@ -1,0 +1,93 @@
+"""The mock as an agent's model: it calls tools for a while each turn, then answers.
+
+Benchmarks need conversations that grow the way agent sessions grow (a user message, a few
+rounds of tool calls and results, an answer), driven by a client that runs the tools. An
+`AgentScript` says which calls to make and how many rounds a turn has; `Agent` plays it.
+
+The decision reads the request, as a model would: the rounds already made this turn are the
+assistant messages with tool calls after the last user message. Which call comes next is the
+mock's own state (the scripted calls in order, across turns), so a proxy that compacts the
+history cannot make the agent repeat itself, and the same requests give the same calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.messages import role, tool_calls
+from proxy.core.summary import offered_tools
+from proxy.mock_upstream.script import Reply, ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class AgentScript:
+    """What the agent does each user turn.
+
+    While the request offers tools and ends with the user's message or a tool result, the
+    agent asks for `rounds_per_turn` rounds of tool calls, `parallel` calls per round, taken
+    from `calls` in order; then it answers `answer`. With `cycle`, the calls start over when
+    they run out; without it the agent answers once they are used up. Call ids are
+    `call_agent_1`, `call_agent_2`, ... in the order the mock hands them out.
+    """
+
+    calls: tuple[tuple[str, str], ...]
+    """(tool name, arguments as a JSON string) pairs."""
+    rounds_per_turn: int = 2
+    parallel: int = 1
+    cycle: bool = True
+    answer: str = "Done. The task is complete."
+
+    def __post_init__(self) -> None:
+        if self.rounds_per_turn < 0 or self.parallel < 1:
+            raise ValueError("rounds_per_turn must be >= 0 and parallel >= 1")
+        for _, arguments in self.calls:
+            json.loads(arguments)  # a typo in a script fails here, not in the client's tool
+
+
+class Agent:
+    """Plays one `AgentScript`, remembering how many calls it has handed out."""
+
+    def __init__(self, script: AgentScript) -> None:
+        self.script = script
+        self.calls_made = 0
+
+    def reply(self, body: Mapping[str, Any]) -> Reply:
+        """The agent's next message for this request: tool calls, or its answer."""
+        if self._rounds_left(body) > 0:
+            calls = self._next_calls()
+            if calls:
+                return Reply(content=None, tool_calls=calls)
+        return Reply(content=self.script.answer)
+
+    def _rounds_left(self, body: Mapping[str, Any]) -> int:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not offered_tools(body):
+            return 0
+        if not isinstance(messages[-1], dict) or role(messages[-1]) not in ("user", "tool"):
+            return 0
+        return self.script.rounds_per_turn - _rounds_this_turn(messages)
+
+    def _next_calls(self) -> tuple[ToolCall, ...]:
+        script, calls = self.script, []
+        for _ in range(script.parallel):
+            if not script.calls or (not script.cycle and self.calls_made >= len(script.calls)):
+                break
+            name, arguments = script.calls[self.calls_made % len(script.calls)]
+            self.calls_made += 1
+            calls.append(ToolCall(name, arguments, id=f"call_agent_{self.calls_made}"))
+        return tuple(calls)
+
+
+def _rounds_this_turn(messages: Sequence[object]) -> int:
+    """Assistant messages with tool calls since the last user message."""
+    rounds = 0
+    for message in reversed(messages):
+        if not isinstance(message, dict):
+            continue
+        if role(message) == "user":
+            break
+        rounds += role(message) == "assistant" and bool(tool_calls(message))
+    return rounds
