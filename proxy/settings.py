@@ -65,8 +65,18 @@ class UpstreamSettings(_Section):
         return value.rstrip("/")
 
 
+RedisMode = Literal["single", "sentinel", "cluster"]
+
+
 class RedisSettings(_Section):
+    """Where sessions live: `mode` picks redis-py's client (Redis, Sentinel, RedisCluster)."""
+
     url: str = ""
+    mode: RedisMode = "single"
+    sentinel_master: str = ""
+    sentinels: tuple[str, ...] = ()
+    session_ttl_s: float = Field(default=2592000, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0)
 
     @field_validator("url")
     @classmethod
@@ -74,6 +84,56 @@ class RedisSettings(_Section):
         if value and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be empty or start with redis://, rediss:// or unix://")
         return value
+
+    @field_validator("sentinels")
+    @classmethod
+    def _host_ports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            _host_port(entry)
+        return value
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> RedisSettings:
+        if self.mode == "sentinel" and not self.sentinels:
+            raise ValueError("redis.sentinels must list host:port entries when mode is sentinel")
+        if self.mode == "sentinel" and not self.sentinel_master:
+            raise ValueError("redis.sentinel_master must name the master when mode is sentinel")
+        if self.mode == "sentinel" and self.url.startswith("unix://"):
+            raise ValueError("redis.url cannot be unix:// when mode is sentinel")
+        if self.mode == "cluster" and not self.url.startswith(("redis://", "rediss://")):
+            raise ValueError("redis.url must be a redis:// or rediss:// node when mode is cluster")
+        return self
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """`sentinels` as (host, port) pairs."""
+        return [_host_port(entry) for entry in self.sentinels]
+
+
+def _host_port(entry: str) -> tuple[str, int]:
+    """`host:port` (or `[v6]:port`) as a pair. Raises ValueError naming the entry."""
+    host, _, port = entry.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{entry!r} is not host:port")
+    return host, int(port)
+
+
+class SummaryBrainSettings(_Section):
+    """Who writes summaries; unset keys mean: the upstream, the request's model, the
+    client's own credentials."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    context_window: int | None = Field(default=None, gt=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/") if value else None
 
 
 class ContextSettings(_Section):
@@ -91,6 +151,7 @@ class ContextSettings(_Section):
     cooldown_turns: int = Field(default=2, ge=0)
     max_context_turns: int = Field(default=0, ge=0)
     pin_first_user: bool = True
+    summary_brain: SummaryBrainSettings = SummaryBrainSettings()
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> ContextSettings:
@@ -232,7 +293,7 @@ class Settings(_Section):
 
     def model_policies(self) -> ModelPolicies:
         """The `context` and `models` sections as the core's frozen value objects."""
-        default = ContextPolicy(**self.context.model_dump())
+        default = ContextPolicy(**self.context.model_dump(exclude={"summary_brain"}))
         overrides = {
             name: default.replace(**entry.model_dump(exclude_none=True))
             for name, entry in self.models.items()

@@ -188,3 +188,57 @@ hooks:
 def test_bad_hooks_name_the_key(tmp_path: Path, hook: str, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         load_settings(write(tmp_path, f"hooks: [{hook}]\n"), environ={})
+
+
+def test_redis_defaults_are_the_embedded_store() -> None:
+    redis = Settings().redis
+    assert (redis.url, redis.mode, redis.sentinels, redis.sentinel_master) == ("", "single", (), "")
+    assert (redis.session_ttl_s, redis.timeout_s) == (2592000, 2.0)
+
+
+def test_redis_sentinel_mode_reads_its_sentinels(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "redis: {mode: sentinel, sentinel_master: primary, sentinels: ['s1:26379', '[::1]:26380']}",
+    )
+    redis = load_settings(path, environ={}).redis
+    assert redis.sentinel_addresses() == [("s1", 26379), ("::1", 26380)]
+
+
+def test_redis_sentinels_from_the_environment_as_json() -> None:
+    env = {
+        "COMPACTION_PROXY_REDIS__MODE": "sentinel",
+        "COMPACTION_PROXY_REDIS__SENTINEL_MASTER": "primary",
+        "COMPACTION_PROXY_REDIS__SENTINELS": '["a:26379", "b:26379"]',
+        "COMPACTION_PROXY_REDIS__SESSION_TTL_S": "3600",
+    }
+    redis = load_settings(Path("/dev/null"), environ=env).redis
+    assert redis.sentinels == ("a:26379", "b:26379")
+    assert redis.session_ttl_s == 3600
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("redis: {mode: sentinel, sentinel_master: m}", "redis.sentinels must list host:port"),
+        ("redis: {mode: sentinel, sentinels: ['s:26379']}", "redis.sentinel_master must name"),
+        (
+            "redis: {mode: sentinel, sentinel_master: m, sentinels: [s]}",
+            "redis.sentinels: Value error, 's' is not",
+        ),
+        ("redis: {mode: sentinel, sentinel_master: m, sentinels: ['s:0']}", "'s:0' is not host"),
+        (
+            "redis: {mode: sentinel, sentinel_master: m, sentinels: ['s:1'], url: 'unix:///x'}",
+            "redis.url cannot be unix://",
+        ),
+        ("redis: {mode: cluster}", "redis.url must be a redis:// or rediss:// node"),
+        ("redis: {mode: cluster, url: 'unix:///tmp/r.sock'}", "redis.url must be a redis://"),
+        ("redis: {mode: replicated}", "redis.mode: Input should be 'single'"),
+        ("redis: {session_ttl_s: 0}", "redis.session_ttl_s: Input should be greater than 0"),
+        ("redis: {timeout_s: -1}", "redis.timeout_s: Input should be greater than 0"),
+    ],
+)
+def test_bad_redis_keys_are_named(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text), environ={})
+    assert expected in caught.value.message

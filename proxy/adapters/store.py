@@ -1,16 +1,74 @@
-"""The session store: Redis when `redis.url` is set, an in-process store otherwise.
+"""The session store: Redis when configured, an in-process store otherwise.
 
-Both implement `Store`. Today the proxy only needs to know the store is usable (`/readyz`);
-sessions and checkpoints are added to this same protocol, and both implementations, as the
-compaction path starts to use them.
+Both implement `Store`: checkpoints (shared by every session of a tenant), session state and
+compaction history, a content-addressed archive of the original messages, locks across
+replicas, and per-model facts (token-count calibration, learned context windows). Everything
+but the model facts is namespaced by the tenant; no credential is ever stored.
+
+Every key of a tenant or session expires `session_ttl_s` after its last write (a found
+checkpoint counts as a write), so abandoned conversations clean themselves up.
+
+Redis key schema (values are JSON unless noted; `{...}` is a Redis Cluster hash tag):
+
+    cp:{t:<tenant>}:ckpt:<prefix_hash>   a Checkpoint; one tag per tenant, so looking up
+                                         every chain hash of a body is one MGET, valid in
+                                         a cluster
+    cp:{t:<tenant>}:msg:<content_hash>   an archived message, stored once per tenant
+    cp:{t:<tenant>}:lock:<name>          a lock: its holder's random token (string)
+    cp:{t:<tenant>}:sessions             sorted set: session id by last_seen
+    cp:{s:<tenant>:<session>}:state      hash: turns, last_compaction_turn, model,
+                                         last_seen, last_pressure, last_usage (JSON)
+    cp:{s:<tenant>:<session>}:history    list: the last 100 CompactionRecords
+    cp:{s:<tenant>:<session>}:seq        list: content hashes of the archived messages
+    cp:sessions                          sorted set: ["<tenant>", "<session>"] by last_seen,
+                                         for the admin's cross-tenant list (no expiry; its
+                                         members older than the TTL are pruned on write)
+    cp:model:<model>:calibration         float (string)
+    cp:model:<model>:window              int (string)
+
+A session's keys share one hash tag, so the Lua scripts that update them atomically are
+valid in a cluster. `last_seen` is the caller's `at`: Unix time in seconds.
+
+The embedded store (`MemoryStore`) has the same semantics, with an injectable clock for
+expiry. Expired entries are dropped when read and by a sweep of at most a few entries per
+write. Its memory is bounded by entry counts, least recently written evicted first:
+`max_sessions` (10,000), `max_checkpoints` (2,000), `max_messages` (50,000), locks
+(10,000) and model facts (1,000 models each).
+
+Every Redis failure surfaces as `StoreUnavailableError`, so the service can degrade to plain
+forwarding instead of failing the request.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import json
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Protocol, TypeVar, cast
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.asyncio import Redis, RedisCluster, Sentinel
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.connection import parse_url
+from redis.exceptions import RedisClusterException, RedisError
+
+from proxy.core.messages import Message
+from proxy.core.session import (
+    Checkpoint,
+    CompactionRecord,
+    SessionState,
+    content_hash,
+    find_checkpoint,
+)
+from proxy.settings import RedisSettings
+
+DEFAULT_SESSION_TTL_S = 30 * 24 * 3600.0
+HISTORY_LIMIT = 100
+"""Compaction records kept per session: the most recent ones."""
 
 
 class StoreUnavailableError(Exception):
@@ -18,42 +76,756 @@ class StoreUnavailableError(Exception):
 
 
 class Store(Protocol):
+    """Sessions, checkpoints, archive, locks and model facts; see the module docstring."""
+
     async def ping(self) -> None:
         """Check the store answers. Raises `StoreUnavailableError`."""
 
     async def aclose(self) -> None:
         """Release connections."""
 
+    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
+        """The stored checkpoint covering the longest prefix of the body chained as `hashes`."""
+
+    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
+        """Store `checkpoint` unless its prefix has one already; returns the one kept.
+
+        Set-if-absent: of two replicas compacting the same prefix, the first one wins and
+        both forward its messages, so the provider's cache sees one prefix.
+        """
+
+    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
+        """Forget the checkpoint of `prefix_hash` (revert); False if there was none."""
+
+    async def begin_turn(
+        self, tenant: str, session_id: str, *, model: str | None, at: float
+    ) -> SessionState:
+        """Count a new turn; returns the state after it. `model` None keeps the stored one.
+
+        `at` is Unix time in seconds; it becomes `last_seen` and orders `list_sessions`.
+        """
+
+    async def record_compaction(
+        self, tenant: str, session_id: str, record: CompactionRecord
+    ) -> None:
+        """Append to the history (the last `HISTORY_LIMIT` kept); now is the last compaction."""
+
+    async def record_usage(
+        self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
+    ) -> None:
+        """Remember the last response's `usage` and the pressure the request had."""
+
+    async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
+        """The session's state, or None when unknown or expired."""
+
+    async def list_sessions(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[tuple[str, str, SessionState]]:
+        """(tenant, session id, state) of sessions that began a turn, most recent first.
+
+        `tenant` None lists every tenant's (for the admin). A page may come back short when
+        sessions expired since they were last seen; they are dropped from the index.
+        """
+
+    async def delete_session(self, tenant: str, session_id: str) -> bool:
+        """Forget the session, its history and its archived sequence; False if unknown.
+
+        The archived message bodies are shared by the tenant's sessions; they expire on
+        their own when no session archives them any more.
+        """
+
+    async def archive(self, tenant: str, session_id: str, messages: Sequence[Message]) -> None:
+        """Record `messages` as the session's original history (the whole list, in order).
+
+        Each message is stored once per tenant under its content hash. The session keeps
+        the list of hashes: what the previous list shares with the new one stays, the
+        rest is replaced by the new list's remainder, so a growing history only appends
+        and an edit or rewind records the new sequence. An empty list records nothing.
+        """
+
+    async def archived(self, tenant: str, session_id: str) -> list[Message]:
+        """The session's archived history, skipping any message that has expired."""
+
+    async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
+        """Take the lock `name`: a token for `release`, or None when someone holds it.
+
+        The lock frees itself after `ttl_s` seconds, so a holder that died blocks no one.
+        """
+
+    async def release(self, tenant: str, name: str, token: str) -> bool:
+        """Free the lock if `token` still holds it; False otherwise."""
+
+    async def calibration(self, model: str) -> float | None:
+        """The model's learned correction factor for token estimates."""
+
+    async def set_calibration(self, model: str, factor: float) -> None:
+        """Share the model's correction factor with every replica."""
+
+    async def learned_window(self, model: str) -> int | None:
+        """The context window an overflow error taught for the model."""
+
+    async def learn_window(self, model: str, window: int) -> None:
+        """Share the model's context window (the latest lesson wins)."""
+
+
+def open_store(settings: RedisSettings) -> Store:
+    """The store `settings` describe: the embedded one when mode is single and url empty."""
+    if settings.mode == "single" and not settings.url:
+        return MemoryStore(session_ttl_s=settings.session_ttl_s)
+    return RedisStore.connect(settings)
+
+
+# -- the embedded store ----------------------------------------------------------------------
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_SWEEP = 16
+"""Entries a write examines for expiry in each table: bounded work per request."""
+
+
+class _Expiring(Generic[_K, _V]):
+    """A bounded map of expiring entries; the least recently written is evicted first.
+
+    A write moves its entry to the end, so where every entry has the same TTL the order is
+    also expiry order, and a sweep from the front can stop at the first live entry.
+    """
+
+    def __init__(self, clock: Callable[[], float], *, ttl_s: float, max_entries: int) -> None:
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._max = max_entries
+        self._entries: OrderedDict[_K, tuple[float, _V]] = OrderedDict()
+
+    def get(self, key: _K) -> _V | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= self._clock():
+            del self._entries[key]
+            return None
+        return entry[1]
+
+    def put(self, key: _K, value: _V, *, ttl_s: float | None = None) -> None:
+        expires = self._clock() + (self._ttl_s if ttl_s is None else ttl_s)
+        self._entries[key] = (expires, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def touch(self, key: _K) -> None:
+        value = self.get(key)
+        if value is not None:
+            self.put(key, value)
+
+    def pop(self, key: _K) -> _V | None:
+        value = self.get(key)
+        self._entries.pop(key, None)
+        return value
+
+    def live(self) -> Iterator[tuple[_K, _V]]:
+        now = self._clock()
+        return ((key, value) for key, (expires, value) in self._entries.items() if expires > now)
+
+    def sweep(self, limit: int = _SWEEP) -> None:
+        now = self._clock()
+        for _ in range(min(limit, len(self._entries))):
+            key, (expires, _value) = next(iter(self._entries.items()))
+            if expires > now:
+                return
+            del self._entries[key]
+
+
+_Key = tuple[str, str]
+"""(tenant, name) in the embedded store's tables."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    state: SessionState | None = None
+    """None until a turn, a compaction or usage is recorded (only archived so far)."""
+    seq: tuple[str, ...] = ()
+
 
 class MemoryStore:
-    """The embedded store: lives in this process, gone when it exits."""
+    """The embedded store: lives in this process, gone when it exits.
+
+    Checkpoints and messages are kept as the JSON text Redis would hold, so both stores
+    hand out fresh objects and accept the same values. `clock` (seconds, monotonic) drives
+    expiry only; `at` arguments are just data here.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_ttl_s: float = DEFAULT_SESSION_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = 10_000,
+        max_checkpoints: int = 2_000,
+        max_messages: int = 50_000,
+    ) -> None:
+        ttl = session_ttl_s
+        self._checkpoints = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_checkpoints)
+        self._sessions = _Expiring[_Key, _Session](clock, ttl_s=ttl, max_entries=max_sessions)
+        self._messages = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_messages)
+        self._locks = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=10_000)
+        self._calibrations = _Expiring[str, float](clock, ttl_s=ttl, max_entries=1_000)
+        self._windows = _Expiring[str, int](clock, ttl_s=ttl, max_entries=1_000)
 
     async def ping(self) -> None:
         return None
 
     async def aclose(self) -> None:
         return None
+
+    def _sweep(self) -> None:
+        for entries in (self._checkpoints, self._sessions, self._messages, self._locks):
+            entries.sweep()
+
+    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
+        stored = {h: text for h in hashes if (text := self._checkpoints.get((tenant, h)))}
+        candidates = {h: Checkpoint.from_json(json.loads(text)) for h, text in stored.items()}
+        found = find_checkpoint(hashes, candidates)
+        if found is not None:
+            self._checkpoints.touch((tenant, found.prefix_hash))
+        return found
+
+    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
+        self._sweep()
+        key = (tenant, checkpoint.prefix_hash)
+        existing = self._checkpoints.get(key)
+        if existing is not None:
+            self._checkpoints.touch(key)
+            return Checkpoint.from_json(json.loads(existing))
+        self._checkpoints.put(key, json.dumps(checkpoint.to_json()))
+        return checkpoint
+
+    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
+        return self._checkpoints.pop((tenant, prefix_hash)) is not None
+
+    def _update(
+        self, tenant: str, session_id: str, change: Callable[[SessionState], SessionState]
+    ) -> SessionState:
+        # No await between read and write: on one event loop this is atomic.
+        self._sweep()
+        key = (tenant, session_id)
+        session = self._sessions.get(key) or _Session()
+        state = change(session.state or SessionState())
+        self._sessions.put(key, replace(session, state=state))
+        return state
+
+    async def begin_turn(
+        self, tenant: str, session_id: str, *, model: str | None, at: float
+    ) -> SessionState:
+        def change(state: SessionState) -> SessionState:
+            chosen = state.model if model is None else model
+            return replace(state, turns=state.turns + 1, model=chosen, last_seen=at)
+
+        return self._update(tenant, session_id, change)
+
+    async def record_compaction(
+        self, tenant: str, session_id: str, record: CompactionRecord
+    ) -> None:
+        def change(state: SessionState) -> SessionState:
+            history = (*state.history, record)[-HISTORY_LIMIT:]
+            return replace(state, history=history, last_compaction_turn=state.turns)
+
+        self._update(tenant, session_id, change)
+
+    async def record_usage(
+        self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
+    ) -> None:
+        copied = json.loads(json.dumps(dict(usage)))
+        self._update(
+            tenant, session_id, lambda s: replace(s, last_usage=copied, last_pressure=pressure)
+        )
+
+    async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
+        session = self._sessions.get((tenant, session_id))
+        return None if session is None else session.state
+
+    async def list_sessions(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[tuple[str, str, SessionState]]:
+        found = [
+            (owner, session_id, session.state)
+            for (owner, session_id), session in self._sessions.live()
+            if session.state is not None
+            and session.state.last_seen is not None
+            and tenant in (None, owner)
+        ]
+        found.sort(key=lambda row: (row[2].last_seen, row[0], row[1]), reverse=True)
+        return found[offset : offset + max(limit, 0)]
+
+    async def delete_session(self, tenant: str, session_id: str) -> bool:
+        return self._sessions.pop((tenant, session_id)) is not None
+
+    async def archive(self, tenant: str, session_id: str, messages: Sequence[Message]) -> None:
+        if not messages:
+            return
+        self._sweep()
+        hashes = tuple(content_hash(message) for message in messages)
+        for digest, message in zip(hashes, messages, strict=True):
+            if self._messages.get((tenant, digest)) is None:
+                self._messages.put((tenant, digest), json.dumps(message))
+            else:
+                self._messages.touch((tenant, digest))
+        key = (tenant, session_id)
+        session = self._sessions.get(key) or _Session()
+        self._sessions.put(key, replace(session, seq=hashes))
+
+    async def archived(self, tenant: str, session_id: str) -> list[Message]:
+        session = self._sessions.get((tenant, session_id))
+        texts = [self._messages.get((tenant, h)) for h in (session.seq if session else ())]
+        return [json.loads(text) for text in texts if text is not None]
+
+    async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
+        self._sweep()
+        if self._locks.get((tenant, name)) is not None:
+            return None
+        token = secrets.token_hex(16)
+        self._locks.put((tenant, name), token, ttl_s=ttl_s)
+        return token
+
+    async def release(self, tenant: str, name: str, token: str) -> bool:
+        if self._locks.get((tenant, name)) != token:
+            return False
+        self._locks.pop((tenant, name))
+        return True
+
+    async def calibration(self, model: str) -> float | None:
+        return self._calibrations.get(model)
+
+    async def set_calibration(self, model: str, factor: float) -> None:
+        self._calibrations.put(model, factor)
+
+    async def learned_window(self, model: str) -> int | None:
+        return self._windows.get(model)
+
+    async def learn_window(self, model: str, window: int) -> None:
+        self._windows.put(model, window)
+
+
+# -- Redis ----------------------------------------------------------------------------------
+
+RedisClient = Redis | RedisCluster
+
+# Each script touches keys of one hash tag only, as Redis Cluster requires.
+_REFRESH = """
+for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[1]) end
+"""
+
+# KEYS: checkpoint. ARGV: ttl_ms, checkpoint JSON. Returns the existing one, or nil if stored.
+_PUT_CHECKPOINT = """
+local existing = redis.call('GET', KEYS[1])
+if existing then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return existing
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
+return false
+"""
+
+# KEYS: state, history, seq. ARGV: ttl_ms, last_seen, '1' to set the model, model.
+_BEGIN_TURN = (
+    """
+redis.call('HINCRBY', KEYS[1], 'turns', 1)
+redis.call('HSET', KEYS[1], 'last_seen', ARGV[2])
+if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'model', ARGV[4]) end
+"""
+    + _REFRESH
+    + """
+return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+)
+
+# KEYS: state, history, seq. ARGV: ttl_ms, record JSON, history limit.
+_RECORD_COMPACTION = (
+    """
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+redis.call('HSET', KEYS[1], 'last_compaction_turn', redis.call('HGET', KEYS[1], 'turns') or '0')
+"""
+    + _REFRESH
+)
+
+# KEYS: state, history, seq. ARGV: ttl_ms, usage JSON, pressure.
+_RECORD_USAGE = (
+    """
+redis.call('HSET', KEYS[1], 'last_usage', ARGV[2], 'last_pressure', ARGV[3])
+"""
+    + _REFRESH
+)
+
+# KEYS: state, history.
+_READ_SESSION = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+
+# KEYS: seq, state, history. ARGV: ttl_ms, then the new list's hashes. Keeps the common
+# prefix and appends the rest, so a growing history writes only its new messages (and the
+# AOF and replicas see only those). Returns the length of the common prefix.
+_ARCHIVE_SEQUENCE = (
+    """
+local old = redis.call('LRANGE', KEYS[1], 0, -1)
+local new = #ARGV - 1
+local common = 0
+while common < new and common < #old and old[common + 1] == ARGV[common + 2] do
+  common = common + 1
+end
+if common == 0 then
+  redis.call('DEL', KEYS[1])
+elseif common < #old then
+  redis.call('LTRIM', KEYS[1], 0, common - 1)
+end
+for i = common + 1, new do redis.call('RPUSH', KEYS[1], ARGV[i + 1]) end
+"""
+    + _REFRESH
+    + """
+return common
+"""
+)
+
+# KEYS: the message keys of the whole list. ARGV: ttl_ms, known, then the bodies of the
+# messages after the first `known`. Stores new bodies once; refreshes every one in use.
+_ARCHIVE_BODIES = (
+    """
+local known = tonumber(ARGV[2])
+for i = known + 1, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i - known + 2], 'NX', 'PX', ARGV[1])
+end
+"""
+    + _REFRESH
+)
+
+# KEYS: lock. ARGV: token. Compare-and-delete, so only the holder frees it.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_SCRIPTS = (
+    _PUT_CHECKPOINT,
+    _BEGIN_TURN,
+    _RECORD_COMPACTION,
+    _RECORD_USAGE,
+    _READ_SESSION,
+    _ARCHIVE_SEQUENCE,
+    _ARCHIVE_BODIES,
+    _RELEASE,
+)
+_ALL_SESSIONS = "cp:sessions"
+_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
+
+
+@contextmanager
+def _unavailable() -> Iterator[None]:
+    """Re-raise any Redis failure as `StoreUnavailableError`."""
+    try:
+        yield
+    except _FAILURES as exc:
+        raise StoreUnavailableError(f"Redis is not usable: {exc}") from exc
+
+
+def _tenant_key(tenant: str, kind: str, name: str = "") -> str:
+    key = f"cp:{{t:{tenant}}}:{kind}"
+    return f"{key}:{name}" if name else key
+
+
+def _session_keys(tenant: str, session_id: str) -> list[str]:
+    """The session's state, history and seq keys (in that order)."""
+    tag = f"cp:{{s:{tenant}:{session_id}}}"
+    return [f"{tag}:state", f"{tag}:history", f"{tag}:seq"]
+
+
+def _model_key(model: str, fact: str) -> str:
+    return f"cp:model:{model}:{fact}"
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _optional(kind: Callable[[str], Any], value: str | None) -> Any:
+    return None if value is None else kind(value)
+
+
+def _state(fields: Mapping[str, str], history: Sequence[str]) -> SessionState:
+    """A SessionState from the state hash and the history list."""
+    usage = fields.get("last_usage")
+    return SessionState(
+        turns=int(fields.get("turns", 0)),
+        last_compaction_turn=_optional(int, fields.get("last_compaction_turn")),
+        model=fields.get("model"),
+        last_seen=_optional(float, fields.get("last_seen")),
+        last_pressure=_optional(float, fields.get("last_pressure")),
+        last_usage=None if usage is None else json.loads(usage),
+        history=tuple(CompactionRecord.from_json(json.loads(item)) for item in history),
+    )
+
+
+def _pairs(flat: Sequence[str]) -> dict[str, str]:
+    """HGETALL as a Lua script returns it (k1, v1, k2, v2...) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 class RedisStore:
-    """A store on a Redis server, shared by every proxy replica that points at it."""
+    """A store on Redis (single, Sentinel or Cluster), shared by every replica using it."""
 
-    def __init__(self, url: str, *, timeout_s: float = 2.0) -> None:
-        # Bounded socket time-outs: a hung Redis must not hang the requests that consult it.
-        self._client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        session_ttl_s: float = DEFAULT_SESSION_TTL_S,
+        sentinel: Sentinel | None = None,
+    ) -> None:
+        """`client` must decode responses; `sentinel` (if any) is closed with the store."""
+        self._client = client
+        self._sentinel = sentinel
+        # Registering computes the SHA only; the script is loaded on its first NOSCRIPT.
+        self._scripts = {text: client.register_script(text) for text in _SCRIPTS}
+        self._ttl_s = session_ttl_s
+        self._ttl_ms = _ms(session_ttl_s)
+
+    @classmethod
+    def connect(cls, settings: RedisSettings) -> RedisStore:
+        """A store on the client `settings.mode` selects; connects on first use."""
+        options = _client_options(settings.timeout_s)
+        ttl = settings.session_ttl_s
+        if settings.mode == "cluster":
+            return cls(RedisCluster.from_url(settings.url, **options), session_ttl_s=ttl)
+        if settings.mode == "sentinel":
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                settings.sentinel_addresses(),
+                sentinel_kwargs={k: v for k, v in options.items() if k != "decode_responses"},
+                **options,
+            )
+            master = sentinel.master_for(
+                settings.sentinel_master, **_master_credentials(settings.url)
+            )
+            return cls(master, session_ttl_s=ttl, sentinel=sentinel)
+        return cls(Redis.from_url(settings.url, **options), session_ttl_s=ttl)
+
+    async def _script(self, script: str, keys: Sequence[str], *args: Any) -> Any:
+        return await self._scripts[script](keys=keys, args=args)
 
     async def ping(self) -> None:
-        try:
+        with _unavailable():
             await self._client.ping()
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailableError(f"Redis is not usable: {exc}") from exc
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        with _unavailable():
+            await self._client.aclose()
+            if self._sentinel is not None:
+                await self._sentinel.aclose()
+
+    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
+        if not hashes:
+            return None
+        with _unavailable():
+            values = await self._client.mget([_tenant_key(tenant, "ckpt", h) for h in hashes])
+            candidates = {
+                h: Checkpoint.from_json(json.loads(value))
+                for h, value in zip(hashes, values, strict=True)
+                if value is not None
+            }
+            found = find_checkpoint(hashes, candidates)
+            if found is not None:
+                key = _tenant_key(tenant, "ckpt", found.prefix_hash)
+                await self._client.pexpire(key, self._ttl_ms)
+        return found
+
+    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
+        key = _tenant_key(tenant, "ckpt", checkpoint.prefix_hash)
+        with _unavailable():
+            existing = await self._script(
+                _PUT_CHECKPOINT, [key], self._ttl_ms, json.dumps(checkpoint.to_json())
+            )
+        return checkpoint if existing is None else Checkpoint.from_json(json.loads(existing))
+
+    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
+        with _unavailable():
+            deleted = await self._client.delete(_tenant_key(tenant, "ckpt", prefix_hash))
+        return bool(deleted)
+
+    async def begin_turn(
+        self, tenant: str, session_id: str, *, model: str | None, at: float
+    ) -> SessionState:
+        keys = _session_keys(tenant, session_id)
+        args = (self._ttl_ms, repr(at), "0" if model is None else "1", model or "")
+        with _unavailable():
+            fields, history = await self._script(_BEGIN_TURN, keys, *args)
+            await self._index(tenant, session_id, at)
+        return _state(_pairs(fields), history)
+
+    async def _index(self, tenant: str, session_id: str, at: float) -> None:
+        """List the session under `at`, in its tenant's index and the global one."""
+        # Two hash tags: a plain pipeline, not a transaction (a cluster splits it by node).
+        tenant_index = _tenant_key(tenant, "sessions")
+        stale = at - self._ttl_s
+        pipe = self._client.pipeline(transaction=False)
+        pipe.zadd(tenant_index, {session_id: at})
+        pipe.zremrangebyscore(tenant_index, "-inf", stale)
+        pipe.pexpire(tenant_index, self._ttl_ms)
+        pipe.zadd(_ALL_SESSIONS, {json.dumps([tenant, session_id]): at})
+        pipe.zremrangebyscore(_ALL_SESSIONS, "-inf", stale)
+        await pipe.execute()
+
+    async def record_compaction(
+        self, tenant: str, session_id: str, record: CompactionRecord
+    ) -> None:
+        keys = _session_keys(tenant, session_id)
+        with _unavailable():
+            await self._script(
+                _RECORD_COMPACTION,
+                keys,
+                self._ttl_ms,
+                json.dumps(record.to_json()),
+                HISTORY_LIMIT,
+            )
+
+    async def record_usage(
+        self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
+    ) -> None:
+        keys = _session_keys(tenant, session_id)
+        with _unavailable():
+            await self._script(
+                _RECORD_USAGE, keys, self._ttl_ms, json.dumps(dict(usage)), repr(pressure)
+            )
+
+    async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
+        state, history, _seq = _session_keys(tenant, session_id)
+        with _unavailable():
+            fields, records = await self._script(_READ_SESSION, [state, history])
+        return _state(_pairs(fields), records) if fields else None
+
+    async def list_sessions(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[tuple[str, str, SessionState]]:
+        if limit <= 0:
+            return []
+        index = _ALL_SESSIONS if tenant is None else _tenant_key(tenant, "sessions")
+        with _unavailable():
+            found = await self._client.zrevrange(index, offset, offset + limit - 1)
+            members = cast("list[str]", found)
+            names = [_member(tenant, member) for member in members]
+            states = await self._load_many(names)
+            gone = [name for name, state in zip(names, states, strict=True) if state is None]
+            if gone:
+                await self._unindex(gone)
+        return [
+            (owner, session_id, state)
+            for (owner, session_id), state in zip(names, states, strict=True)
+            if state is not None
+        ]
+
+    async def _load_many(self, names: Sequence[tuple[str, str]]) -> list[SessionState | None]:
+        """The states of many sessions in one round trip (by node, in a cluster)."""
+        pipe = self._client.pipeline(transaction=False)
+        for tenant, session_id in names:
+            state, history, _seq = _session_keys(tenant, session_id)
+            pipe.hgetall(state)
+            pipe.lrange(history, 0, -1)
+        replies = await pipe.execute()
+        pairs = zip(replies[::2], replies[1::2], strict=True)
+        return [_state(fields, history) if fields else None for fields, history in pairs]
+
+    async def _unindex(self, names: Sequence[tuple[str, str]]) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for tenant, session_id in names:
+            pipe.zrem(_tenant_key(tenant, "sessions"), session_id)
+            pipe.zrem(_ALL_SESSIONS, json.dumps([tenant, session_id]))
+        await pipe.execute()
+
+    async def delete_session(self, tenant: str, session_id: str) -> bool:
+        with _unavailable():
+            deleted = await self._client.delete(*_session_keys(tenant, session_id))
+            await self._unindex([(tenant, session_id)])
+        return bool(deleted)
+
+    async def archive(self, tenant: str, session_id: str, messages: Sequence[Message]) -> None:
+        if not messages:
+            return
+        hashes = [content_hash(message) for message in messages]
+        state, history, seq = _session_keys(tenant, session_id)
+        with _unavailable():
+            known = await self._script(
+                _ARCHIVE_SEQUENCE, [seq, state, history], self._ttl_ms, *hashes
+            )
+            # The sequence first: bodies of its known part are stored already (or expired,
+            # which `archived` tolerates); only the rest travel.
+            bodies = [json.dumps(message) for message in messages[known:]]
+            keys = [_tenant_key(tenant, "msg", h) for h in hashes]
+            await self._script(_ARCHIVE_BODIES, keys, self._ttl_ms, known, *bodies)
+
+    async def archived(self, tenant: str, session_id: str) -> list[Message]:
+        _state_key, _history, seq = _session_keys(tenant, session_id)
+        with _unavailable():
+            hashes = cast("list[str]", await self._client.lrange(seq, 0, -1))
+            if not hashes:
+                return []
+            bodies = await self._client.mget([_tenant_key(tenant, "msg", h) for h in hashes])
+        return [json.loads(body) for body in bodies if body is not None]
+
+    async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
+        token = secrets.token_hex(16)
+        with _unavailable():
+            taken = await self._client.set(
+                _tenant_key(tenant, "lock", name), token, nx=True, px=_ms(ttl_s)
+            )
+        return token if taken else None
+
+    async def release(self, tenant: str, name: str, token: str) -> bool:
+        with _unavailable():
+            deleted = await self._script(_RELEASE, [_tenant_key(tenant, "lock", name)], token)
+        return bool(deleted)
+
+    async def calibration(self, model: str) -> float | None:
+        with _unavailable():
+            value = await self._client.get(_model_key(model, "calibration"))
+        return None if value is None else float(value)
+
+    async def set_calibration(self, model: str, factor: float) -> None:
+        with _unavailable():
+            await self._client.set(_model_key(model, "calibration"), repr(factor), px=self._ttl_ms)
+
+    async def learned_window(self, model: str) -> int | None:
+        with _unavailable():
+            value = await self._client.get(_model_key(model, "window"))
+        return None if value is None else int(value)
+
+    async def learn_window(self, model: str, window: int) -> None:
+        with _unavailable():
+            await self._client.set(_model_key(model, "window"), str(window), px=self._ttl_ms)
 
 
-def open_store(url: str) -> Store:
-    """The store for `redis.url`: Redis if set, the embedded store if empty."""
-    return RedisStore(url) if url else MemoryStore()
+def _member(tenant: str | None, member: str) -> tuple[str, str]:
+    """(tenant, session id) of an index member: a session id, or JSON in the global index."""
+    if tenant is not None:
+        return tenant, member
+    owner, session_id = json.loads(member)
+    return owner, session_id
+
+
+def _client_options(timeout_s: float) -> dict[str, Any]:
+    """Connection options for every client, bounding how long a request waits on Redis."""
+    return {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        # redis-py retries 10 times by default, which would turn a down Redis into a 20 s
+        # wait per call: one quick retry still heals a connection Redis closed while idle.
+        "retry": Retry(ExponentialWithJitterBackoff(cap=0.1, base=0.01), retries=1),
+        "decode_responses": True,
+    }
+
+
+def _master_credentials(url: str) -> dict[str, Any]:
+    """Username, password and db for the Sentinel-announced master, from `redis.url`."""
+    if not url:
+        return {}
+    parsed: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    wanted: dict[str, Any] = {
+        key: parsed[key] for key in ("username", "password", "db") if key in parsed
+    }
+    if url.startswith("rediss://"):
+        wanted["ssl"] = True
+    return wanted

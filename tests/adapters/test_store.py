@@ -1,73 +1,700 @@
-"""The store adapters: the embedded store and a real redis-server."""
+"""The session store: one contract, run against the embedded store and real redis-servers.
+
+Every `backend` test runs three times: on `MemoryStore`, on a `RedisStore` talking to a
+private redis-server on a unix socket, and on a `RedisStore` in cluster mode talking to a
+private one-node Redis Cluster (which, like any cluster, refuses multi-key operations
+across hash slots, so the key schema's hash tags are checked for real). The machine's own
+Redis is never used.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
+import redis
+import redis.asyncio as aioredis
 
-from proxy.adapters.store import MemoryStore, RedisStore, StoreUnavailableError, open_store
+from proxy.adapters.store import (
+    HISTORY_LIMIT,
+    MemoryStore,
+    RedisStore,
+    Store,
+    StoreUnavailableError,
+    open_store,
+)
+from proxy.core.messages import Message
+from proxy.core.session import Checkpoint, CompactionRecord, chain_hashes, content_hash
+from proxy.settings import RedisMode, RedisSettings
+from tests.builders import assistant, user
 from tests.servers import free_port
 
+# The Redis clients are shared by the module's tests, so they share its event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private redis-server on a unix socket, never the machine's shared one."""
+TTL_S = 1000.0
+A = "tenant-a"
+B = "tenant-b"
+
+# -- private servers -------------------------------------------------------------------------
+
+
+def _redis_server(folder: Path, *args: str) -> subprocess.Popen[bytes]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (.ci/run installs Debian's redis-server)")
-    folder = tmp_path_factory.mktemp("redis")
-    socket_path = folder / "redis.sock"
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            "0",
-            "--unixsocket",
-            str(socket_path),
-            "--save",
-            "",
-            "--dir",
-            str(folder),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for(socket_path)
-        yield f"unix://{socket_path}"
-    finally:
-        process.terminate()
-        process.wait(10)
+    command = [binary, *args, "--save", "", "--appendonly", "no", "--dir", str(folder)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
-def _wait_for(path: Path) -> None:
+def _wait_until(ready: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + 10
-    while not path.exists():
+    while not ready():
         if time.monotonic() > deadline:
-            raise RuntimeError("redis-server did not start")
+            raise RuntimeError(f"{what} did not start")
         time.sleep(0.01)
 
 
-async def test_embedded_store_is_usable() -> None:
-    store = open_store("")
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _cluster_ok(client: redis.Redis) -> bool:
+    info: dict[str, str] = client.cluster("INFO")
+    return info["cluster_state"] == "ok"
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def redis_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private redis-server on a unix socket."""
+    folder = tmp_path_factory.mktemp("redis")
+    path = folder / "redis.sock"
+    process = _redis_server(folder, "--port", "0", "--unixsocket", str(path))
+    try:
+        _wait_until(path.exists, "redis-server")
+        yield path
+    finally:
+        _stop(process)
+
+
+@dataclass
+class _Node:
+    port: int
+    client: redis.Redis
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Node | None]:
+    """A private one-node Redis Cluster on loopback, owning all 16384 slots.
+
+    Started with the module, not when first needed: a new cluster node accepts writes only
+    two seconds after it starts, and the embedded and single-server tests run meanwhile.
+    """
+    if shutil.which("redis-server") is None:
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("cluster")
+    port, bus = free_port(), free_port()
+    args = ["--bind", "127.0.0.1", "--port", str(port), "--cluster-enabled", "yes"]
+    args += ["--cluster-port", str(bus), "--cluster-config-file", str(folder / "nodes.conf")]
+    process = _redis_server(folder, *args)
+    client = redis.Redis(port=port, decode_responses=True)
+    try:
+        _wait_until(lambda: _answers(client), "redis-server (cluster)")
+        client.cluster("ADDSLOTSRANGE", 0, 16383)
+        yield _Node(port, client)
+    finally:
+        client.close()
+        _stop(process)
+
+
+@pytest.fixture(scope="module")
+def cluster_port(_cluster_node: _Node | None) -> int:
+    if _cluster_node is None:
+        pytest.skip("redis-server is not installed (.ci/run installs Debian's redis-server)")
+    _wait_until(lambda: _cluster_ok(_cluster_node.client), "cluster")
+    return _cluster_node.port
+
+
+# -- backends --------------------------------------------------------------------------------
+
+
+class Clock:
+    """A clock the test moves by hand, for the embedded store's expiry."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Backend:
+    """A store under test, with the means to look inside it."""
+
+    store: Store
+    clock: Clock
+    raw: aioredis.Redis | None
+    """A plain client on the same server (a one-node cluster serves every slot)."""
+
+    async def wait(self, seconds: float) -> None:
+        """Let `seconds` pass: the fake clock for the embedded store, real time for Redis."""
+        if self.raw is None:
+            self.clock.now += seconds
+        else:
+            await asyncio.sleep(seconds)
+
+    async def messages_stored(self, tenant: str) -> int:
+        if isinstance(self.store, MemoryStore):
+            return sum(1 for (owner, _), _text in self.store._messages.live() if owner == tenant)
+        assert self.raw is not None
+        return len([key async for key in self.raw.scan_iter(match=f"cp:{{t:{tenant}}}:msg:*")])
+
+
+@pytest.fixture(scope="module", params=["memory", "redis", "cluster"])
+def kind(request: pytest.FixtureRequest) -> str:
+    # Module scope makes pytest run each kind's tests together, the cluster's last.
+    return str(request.param)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def redis_pair(
+    kind: str, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[RedisStore, aioredis.Redis] | None]:
+    """One store per server for the module (a cluster client's start-up costs 80 ms)."""
+    if kind == "memory":
+        yield None
+        return
+    if kind == "redis":
+        path: Path = request.getfixturevalue("redis_socket")
+        settings = RedisSettings(url=f"unix://{path}", session_ttl_s=TTL_S)
+        raw = aioredis.Redis(unix_socket_path=str(path), decode_responses=True)
+    else:
+        port: int = request.getfixturevalue("cluster_port")
+        url = f"redis://127.0.0.1:{port}"
+        settings = RedisSettings(url=url, mode="cluster", session_ttl_s=TTL_S)
+        raw = aioredis.Redis(port=port, decode_responses=True)
+    store = open_store(settings)
+    assert isinstance(store, RedisStore)
+    try:
+        yield store, raw
+    finally:
+        await store.aclose()
+        await raw.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def backend(redis_pair: tuple[RedisStore, aioredis.Redis] | None) -> Backend:
+    clock = Clock()
+    if redis_pair is None:
+        return Backend(MemoryStore(session_ttl_s=TTL_S, clock=clock), clock, None)
+    store, raw = redis_pair
+    await raw.flushall()
+    return Backend(store, clock, raw)
+
+
+# -- builders --------------------------------------------------------------------------------
+
+
+def conversation(length: int, topic: str = "task") -> list[Message]:
+    return [
+        user(f"{topic} {i}") if i % 2 == 0 else assistant(f"{topic} reply {i}")
+        for i in range(length)
+    ]
+
+
+def checkpoint(hashes: list[str], covered: int, summary: str = "summary") -> Checkpoint:
+    return Checkpoint(
+        prefix_hash=hashes[covered - 1],
+        covered=covered,
+        messages=[user(summary)],
+        created_at=1.0,
+        strategy="summarize",
+        tokens_before=1000,
+        tokens_after=100,
+    )
+
+
+def record(tokens_before: int) -> CompactionRecord:
+    return CompactionRecord(
+        at=2.0, trigger="pressure", strategy="truncate", tokens_before=tokens_before, tokens_after=1
+    )
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+
+async def test_open_store_embedded_when_no_url() -> None:
+    store = open_store(RedisSettings())
     assert isinstance(store, MemoryStore)
     await store.ping()
     await store.aclose()
 
 
-async def test_redis_store_pings_a_real_server(redis_url: str) -> None:
-    store = open_store(redis_url)
+@pytest.fixture
+def sentinel_port(tmp_path: Path) -> Iterator[int]:
+    """A private redis-server on loopback and a Sentinel monitoring it as `primary`."""
+    master, port = free_port(), free_port()
+    server = _redis_server(tmp_path, "--bind", "127.0.0.1", "--port", str(master))
+    config = tmp_path / "sentinel.conf"
+    config.write_text(
+        f"bind 127.0.0.1\nport {port}\ndir {tmp_path}\n"
+        f"sentinel monitor primary 127.0.0.1 {master} 1\n"
+    )
+    sentinel = _redis_server(tmp_path, str(config), "--sentinel")
+    probe = redis.Redis(port=port, decode_responses=True)
+    try:
+        _wait_until(lambda: _answers(probe), "redis-sentinel")
+        yield port
+    finally:
+        probe.close()
+        _stop(sentinel)
+        _stop(server)
+
+
+async def test_sentinel_mode_finds_the_master(sentinel_port: int) -> None:
+    settings = RedisSettings(
+        mode="sentinel",
+        sentinels=(f"127.0.0.1:{sentinel_port}",),
+        sentinel_master="primary",
+        timeout_s=1,
+    )
+    store = open_store(settings)
     assert isinstance(store, RedisStore)
     await store.ping()
+    assert (await store.begin_turn(A, "s", model="m", at=1.0)).turns == 1
+    assert (await store.begin_turn(A, "s", model="m", at=2.0)).turns == 2
     await store.aclose()
 
 
-async def test_unreachable_redis_is_unavailable() -> None:
-    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5)
+# -- failures --------------------------------------------------------------------------------
+
+Call = Callable[[Store], Awaitable[Any]]
+CALLS: dict[str, Call] = {
+    "ping": lambda s: s.ping(),
+    "find_checkpoint": lambda s: s.find_checkpoint(A, ["h1", "h2"]),
+    "put_checkpoint": lambda s: s.put_checkpoint(A, checkpoint(["h1"], 1)),
+    "drop_checkpoint": lambda s: s.drop_checkpoint(A, "h1"),
+    "begin_turn": lambda s: s.begin_turn(A, "s", model="m", at=1.0),
+    "record_compaction": lambda s: s.record_compaction(A, "s", record(1)),
+    "record_usage": lambda s: s.record_usage(A, "s", usage={}, pressure=0.1),
+    "load_session": lambda s: s.load_session(A, "s"),
+    "list_sessions": lambda s: s.list_sessions(None),
+    "delete_session": lambda s: s.delete_session(A, "s"),
+    "archive": lambda s: s.archive(A, "s", conversation(2)),
+    "archived": lambda s: s.archived(A, "s"),
+    "acquire": lambda s: s.acquire(A, "lock", ttl_s=1),
+    "release": lambda s: s.release(A, "lock", "token"),
+    "calibration": lambda s: s.calibration("m"),
+    "set_calibration": lambda s: s.set_calibration("m", 1.1),
+    "learned_window": lambda s: s.learned_window("m"),
+    "learn_window": lambda s: s.learn_window("m", 1000),
+}
+
+
+def _unreachable(mode: RedisMode) -> RedisSettings:
+    port = free_port()  # nothing listens there
+    if mode == "sentinel":
+        return RedisSettings(
+            mode="sentinel", sentinels=(f"127.0.0.1:{port}",), sentinel_master="m", timeout_s=0.2
+        )
+    return RedisSettings(url=f"redis://127.0.0.1:{port}/0", mode=mode, timeout_s=0.2)
+
+
+@pytest.mark.parametrize("call", CALLS.values(), ids=CALLS.keys())
+@pytest.mark.parametrize("mode", ["single", "cluster", "sentinel"])
+async def test_unreachable_redis_is_unavailable(mode: RedisMode, call: Call) -> None:
+    store = open_store(_unreachable(mode))
     with pytest.raises(StoreUnavailableError, match="Redis is not usable"):
-        await store.ping()
+        await call(store)
     await store.aclose()
+
+
+async def test_silent_redis_times_out_within_the_timeout() -> None:
+    # A server that accepts connections and never answers: a hung Redis, not a dead one.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        store = open_store(RedisSettings(url=url, timeout_s=0.1))
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match="Redis is not usable"):
+            await store.begin_turn(A, "s", model="m", at=1.0)
+        assert time.monotonic() - started < 1.0  # one retry at most, not redis-py's ten
+        await store.aclose()
+
+
+# -- expiry: the embedded store's clock ------------------------------------------------------
+
+
+async def test_memory_session_expires_unless_written() -> None:
+    clock = Clock()
+    store = MemoryStore(session_ttl_s=100, clock=clock)
+    await store.begin_turn(A, "s", model="m", at=1.0)
+    clock.now += 60
+    await store.record_usage(A, "s", usage={}, pressure=0.1)  # a write refreshes
+    clock.now += 60
+    assert await store.load_session(A, "s") is not None
+    clock.now += 41
+    assert await store.load_session(A, "s") is None
+    assert await store.list_sessions(A) == []
+
+
+async def test_memory_archive_expires_unless_archived_again() -> None:
+    clock = Clock()
+    store = MemoryStore(session_ttl_s=100, clock=clock)
+    body = conversation(4)
+    await store.archive(A, "s", body[:2])
+    clock.now += 60
+    await store.archive(A, "s", body)  # refreshes the messages it still holds
+    clock.now += 60
+    assert await store.archived(A, "s") == body
+    clock.now += 41
+    assert await store.archived(A, "s") == []
+
+
+async def test_memory_found_checkpoint_is_refreshed() -> None:
+    clock = Clock()
+    store = MemoryStore(session_ttl_s=100, clock=clock)
+    hashes = chain_hashes(conversation(4))
+    kept = await store.put_checkpoint(A, checkpoint(hashes, 2))
+    for _ in range(3):
+        clock.now += 60
+        assert await store.find_checkpoint(A, hashes) == kept
+    clock.now += 101
+    assert await store.find_checkpoint(A, hashes) is None
+
+
+async def test_memory_writes_sweep_expired_entries() -> None:
+    clock = Clock()
+    store = MemoryStore(session_ttl_s=100, clock=clock)
+    for index in range(10):
+        await store.begin_turn(A, f"s{index}", model="m", at=1.0)
+    clock.now += 101
+    await store.begin_turn(A, "new", model="m", at=2.0)
+    assert len(store._sessions._entries) == 1  # swept, though never read again
+
+
+async def test_memory_evicts_the_least_recently_written_session() -> None:
+    store = MemoryStore(max_sessions=2, max_messages=3)
+    await store.begin_turn(A, "old", model="m", at=1.0)
+    await store.begin_turn(A, "mid", model="m", at=2.0)
+    await store.begin_turn(A, "old", model="m", at=3.0)
+    await store.begin_turn(A, "new", model="m", at=4.0)
+    assert await store.load_session(A, "mid") is None
+    assert [session for _, session, _ in await store.list_sessions(A)] == ["new", "old"]
+    body = conversation(4)
+    await store.archive(A, "s", body)
+    assert await store.archived(A, "s") == body[1:]  # the oldest message made room
+
+
+# == the contract, on every backend ==========================================================
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+
+async def test_put_checkpoint_concurrent_puts_all_get_the_winner(backend: Backend) -> None:
+    hashes = chain_hashes(conversation(4))
+    first, second = checkpoint(hashes, 4, "first"), checkpoint(hashes, 4, "second")
+    kept = await asyncio.gather(
+        backend.store.put_checkpoint(A, first), backend.store.put_checkpoint(A, second)
+    )
+    assert kept[0] == kept[1]
+    assert kept[0] in (first, second)
+    assert await backend.store.find_checkpoint(A, hashes) == kept[0]
+
+
+async def test_put_checkpoint_keeps_the_existing_one(backend: Backend) -> None:
+    hashes = chain_hashes(conversation(4))
+    original = await backend.store.put_checkpoint(A, checkpoint(hashes, 2, "original"))
+    assert await backend.store.put_checkpoint(A, checkpoint(hashes, 2, "later")) == original
+
+
+async def test_find_checkpoint_longest_match_wins(backend: Backend) -> None:
+    body = conversation(6)
+    hashes = chain_hashes(body)
+    short, long = checkpoint(hashes, 2, "short"), checkpoint(hashes, 4, "long")
+    await backend.store.put_checkpoint(A, short)
+    await backend.store.put_checkpoint(A, long)
+    assert await backend.store.find_checkpoint(A, hashes) == long
+    assert await backend.store.find_checkpoint(A, hashes[:3]) == short
+    edited = chain_hashes([*body[:1], user("edited"), *body[2:]])
+    assert await backend.store.find_checkpoint(A, edited) is None
+    assert await backend.store.find_checkpoint(A, []) is None
+
+
+async def test_drop_checkpoint_reverts_to_the_shorter_match(backend: Backend) -> None:
+    hashes = chain_hashes(conversation(6))
+    short = await backend.store.put_checkpoint(A, checkpoint(hashes, 2))
+    await backend.store.put_checkpoint(A, checkpoint(hashes, 4))
+    assert await backend.store.drop_checkpoint(A, hashes[3]) is True
+    assert await backend.store.drop_checkpoint(A, hashes[3]) is False
+    assert await backend.store.find_checkpoint(A, hashes) == short
+
+
+# -- tenants ---------------------------------------------------------------------------------
+
+
+async def test_tenants_never_see_each_other(backend: Backend) -> None:
+    store = backend.store
+    body = conversation(4)
+    hashes = chain_hashes(body)
+    await store.put_checkpoint(A, checkpoint(hashes, 2))
+    await store.begin_turn(A, "s1", model="m", at=1.0)
+    await store.archive(A, "s1", body)
+    assert await store.acquire(A, "compaction", ttl_s=60) is not None
+
+    assert await store.find_checkpoint(B, hashes) is None
+    assert await store.load_session(B, "s1") is None
+    assert await store.list_sessions(B) == []
+    assert await store.archived(B, "s1") == []
+    assert await store.delete_session(B, "s1") is False
+    assert await store.acquire(B, "compaction", ttl_s=60) is not None
+    assert (await store.begin_turn(B, "s1", model="m", at=2.0)).turns == 1
+    assert [row[:2] for row in await store.list_sessions(None)] == [(B, "s1"), (A, "s1")]
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+async def test_begin_turn_concurrent_turns_are_one_to_twenty(backend: Backend) -> None:
+    states = await asyncio.gather(
+        *(backend.store.begin_turn(A, "s", model="m", at=float(i)) for i in range(20))
+    )
+    assert sorted(state.turns for state in states) == list(range(1, 21))
+    loaded = await backend.store.load_session(A, "s")
+    assert loaded is not None
+    assert loaded.turns == 20
+
+
+async def test_begin_turn_sets_model_and_last_seen(backend: Backend) -> None:
+    store = backend.store
+    first = await store.begin_turn(A, "s", model="gpt-4o", at=10.5)
+    assert (first.turns, first.model, first.last_seen, first.history) == (1, "gpt-4o", 10.5, ())
+    second = await store.begin_turn(A, "s", model=None, at=11.25)
+    assert (second.turns, second.model, second.last_seen) == (2, "gpt-4o", 11.25)
+    assert await store.load_session(A, "s") == second
+
+
+async def test_load_session_unknown_is_none(backend: Backend) -> None:
+    assert await backend.store.load_session(A, "nobody") is None
+
+
+async def test_record_compaction_keeps_the_last_hundred(backend: Backend) -> None:
+    store = backend.store
+    for _ in range(3):
+        await store.begin_turn(A, "s", model="m", at=1.0)
+    for index in range(HISTORY_LIMIT + 5):
+        await store.record_compaction(A, "s", record(index))
+    state = await store.begin_turn(A, "s", model="m", at=2.0)
+    assert len(state.history) == HISTORY_LIMIT
+    assert [r.tokens_before for r in state.history] == list(range(5, HISTORY_LIMIT + 5))
+    assert state.history[-1] == record(HISTORY_LIMIT + 4)
+    assert state.last_compaction_turn == 3
+    assert state.turns_since_compaction == 1
+
+
+async def test_record_usage_round_trips(backend: Backend) -> None:
+    usage = {"prompt_tokens": 1200, "prompt_tokens_details": {"cached_tokens": 1024}}
+    await backend.store.begin_turn(A, "s", model="m", at=1.0)
+    await backend.store.record_usage(A, "s", usage=usage, pressure=0.625)
+    state = await backend.store.load_session(A, "s")
+    assert state is not None
+    assert (state.last_usage, state.last_pressure) == (usage, 0.625)
+
+
+async def test_list_sessions_most_recent_first_and_paged(backend: Backend) -> None:
+    store = backend.store
+    for index, name in enumerate(["s0", "s1", "s2", "s3", "s4"]):
+        await store.begin_turn(A, name, model="m", at=100.0 + index)
+    await store.begin_turn(B, "other", model="m", at=102.5)
+    await store.begin_turn(A, "s1", model="m", at=200.0)  # seen again: now the most recent
+
+    listed = await store.list_sessions(A, limit=10)
+    assert [session for _, session, _ in listed] == ["s1", "s4", "s3", "s2", "s0"]
+    assert {tenant for tenant, _, _ in listed} == {A}
+    assert listed[0][2].turns == 2
+    page = await store.list_sessions(A, limit=2, offset=2)
+    assert [session for _, session, _ in page] == ["s3", "s2"]
+    assert await store.list_sessions(A, limit=2, offset=10) == []
+    everyone = await store.list_sessions(None, limit=4)
+    assert [row[:2] for row in everyone] == [(A, "s1"), (A, "s4"), (A, "s3"), (B, "other")]
+
+
+async def test_delete_session_forgets_state_history_and_archive(backend: Backend) -> None:
+    store = backend.store
+    await store.begin_turn(A, "s", model="m", at=1.0)
+    await store.record_compaction(A, "s", record(1))
+    await store.archive(A, "s", conversation(3))
+    await store.begin_turn(A, "kept", model="m", at=2.0)
+    assert await store.delete_session(A, "s") is True
+    assert await store.load_session(A, "s") is None
+    assert await store.archived(A, "s") == []
+    assert [session for _, session, _ in await store.list_sessions(A)] == ["kept"]
+    assert [row[1] for row in await store.list_sessions(None)] == ["kept"]
+    assert await store.delete_session(A, "s") is False
+    fresh = await store.begin_turn(A, "s", model="m", at=3.0)
+    assert (fresh.turns, fresh.history) == (1, ())
+
+
+# -- archive ---------------------------------------------------------------------------------
+
+
+async def test_archive_stores_each_message_once(backend: Backend) -> None:
+    body = conversation(4)
+    await backend.store.archive(A, "one", body)
+    await backend.store.archive(A, "two", body)
+    await backend.store.archive(A, "one", body)
+    assert await backend.messages_stored(A) == 4
+    assert await backend.store.archived(A, "one") == body
+    assert await backend.store.archived(A, "two") == body
+
+
+async def test_archive_growing_history_appends(backend: Backend) -> None:
+    body = conversation(6)
+    for length in (2, 4, 6):
+        await backend.store.archive(A, "s", body[:length])
+    assert await backend.store.archived(A, "s") == body
+    assert await backend.messages_stored(A) == 6
+
+
+async def test_archive_rewind_or_edit_records_the_new_sequence(backend: Backend) -> None:
+    store = backend.store
+    body = conversation(5)
+    await store.archive(A, "s", body)
+    edited = [*body[:2], user("edited question"), *body[3:]]
+    await store.archive(A, "s", edited)
+    assert await store.archived(A, "s") == edited
+    await store.archive(A, "s", body[:2])  # rewound
+    assert await store.archived(A, "s") == body[:2]
+    replaced = conversation(3, topic="another")
+    await store.archive(A, "s", replaced)
+    assert await store.archived(A, "s") == replaced
+    await store.archive(A, "s", [])  # records nothing
+    assert await store.archived(A, "s") == replaced
+
+
+async def test_archive_keeps_messages_as_sent(backend: Backend) -> None:
+    odd: Message = {"content": "hé ☃", "role": "user", "x_vendor": {"keep": [1, None]}}
+    await backend.store.archive(A, "s", [odd, odd])
+    restored = await backend.store.archived(A, "s")
+    assert restored == [odd, odd]
+    assert list(restored[0]) == ["content", "role", "x_vendor"]  # key order kept
+    assert content_hash(restored[0]) == content_hash(odd)
+
+
+# -- locks -----------------------------------------------------------------------------------
+
+
+async def test_lock_is_exclusive_and_released_by_its_token_only(backend: Backend) -> None:
+    store = backend.store
+    token = await store.acquire(A, "prefix", ttl_s=60)
+    assert token is not None
+    assert await store.acquire(A, "prefix", ttl_s=60) is None
+    assert await store.release(A, "prefix", "not-the-token") is False
+    assert await store.acquire(A, "prefix", ttl_s=60) is None
+    assert await store.release(A, "prefix", token) is True
+    assert await store.release(A, "prefix", token) is False
+    assert await store.acquire(A, "prefix", ttl_s=60) not in (None, token)
+
+
+async def test_lock_expiry_frees_it(backend: Backend) -> None:
+    store = backend.store
+    stale = await store.acquire(A, "prefix", ttl_s=0.2)
+    assert stale is not None
+    await backend.wait(0.3)
+    fresh = await store.acquire(A, "prefix", ttl_s=60)
+    assert fresh is not None
+    assert await store.release(A, "prefix", stale) is False  # a late holder frees nothing
+    assert await store.acquire(A, "prefix", ttl_s=60) is None
+
+
+async def test_concurrent_acquire_has_one_winner(backend: Backend) -> None:
+    tokens = await asyncio.gather(
+        *(backend.store.acquire(A, "prefix", ttl_s=60) for _ in range(10))
+    )
+    assert sum(token is not None for token in tokens) == 1
+
+
+# -- model facts -----------------------------------------------------------------------------
+
+
+async def test_model_facts_round_trip_and_are_shared_by_tenants(backend: Backend) -> None:
+    store = backend.store
+    assert await store.calibration("gpt-4o") is None
+    assert await store.learned_window("gpt-4o") is None
+    await store.set_calibration("gpt-4o", 1.0625)
+    await store.learn_window("gpt-4o", 128000)
+    await store.learn_window("gpt-4o", 64000)  # the latest lesson wins
+    assert await store.calibration("gpt-4o") == 1.0625
+    assert await store.learned_window("gpt-4o") == 64000
+    assert await store.calibration("other") is None
+
+
+# -- expiry: Redis TTLs ----------------------------------------------------------------------
+
+
+async def _pttls(raw: aioredis.Redis) -> dict[str, int]:
+    keys = [key async for key in raw.scan_iter(match="cp:*")]
+    return {key: await raw.pttl(key) for key in keys}
+
+
+async def _shorten(raw: aioredis.Redis, keys: dict[str, int]) -> None:
+    for key in keys:
+        await raw.pexpire(key, 5000)
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"], indirect=True)
+async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) -> None:
+    store, raw = backend.store, backend.raw
+    assert raw is not None
+    body = conversation(3)
+    hashes = chain_hashes(body)
+    await store.put_checkpoint(A, checkpoint(hashes, 2))
+    await store.begin_turn(A, "s", model="m", at=time.time())
+    await store.record_compaction(A, "s", record(1))
+    await store.archive(A, "s", body)
+    await store.learn_window("m", 1000)
+    ttls = await _pttls(raw)
+    untimed = {key for key, ttl in ttls.items() if ttl == -1}
+    assert untimed == {"cp:sessions"}  # the global index is pruned, not expired
+    assert all(
+        TTL_S * 1000 - 5000 < ttl <= TTL_S * 1000 for key, ttl in ttls.items() if key not in untimed
+    )
+    assert len(ttls) == 1 + 1 + 3 + 3 + 1 + 1  # ckpt, index, session keys, messages, global, model
+
+    await _shorten(raw, ttls)
+    await store.record_usage(A, "s", usage={}, pressure=0.5)
+    assert await _refreshed(raw) == {
+        "cp:{s:tenant-a:s}:state",
+        "cp:{s:tenant-a:s}:history",
+        "cp:{s:tenant-a:s}:seq",
+    }
+    await _shorten(raw, ttls)
+    await store.find_checkpoint(A, hashes)
+    await store.archive(A, "s", body)
+    refreshed = await _refreshed(raw)
+    assert f"cp:{{t:{A}}}:ckpt:{hashes[1]}" in refreshed
+    assert {f"cp:{{t:{A}}}:msg:{content_hash(m)}" for m in body} <= refreshed
+
+
+async def _refreshed(raw: aioredis.Redis) -> set[str]:
+    return {key for key, ttl in (await _pttls(raw)).items() if ttl > 5000}
