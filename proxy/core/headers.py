@@ -56,14 +56,20 @@ def upstream_request_headers(
     *,
     api_key: str | None,
     keep_content_length: bool = False,
+    identity_encoding: bool = False,
 ) -> Headers:
     """The client's headers as sent upstream.
 
     With `api_key` the proxy authenticates itself and the client's `Authorization` is
     replaced; without it, the client's credentials travel through unchanged. Keep
-    `content-length` only when the body is relayed unchanged as a stream.
+    `content-length` only when the body is relayed unchanged as a stream. With
+    `identity_encoding` the client's `accept-encoding` is not passed on, so the response
+    arrives uncompressed and the proxy can read it (usage, errors); the client gets the same
+    JSON, uncompressed.
     """
     drop = {"host"} | ({"content-length"} if not keep_content_length else set())
+    if identity_encoding:
+        drop.add("accept-encoding")
     if api_key is not None:
         drop.add("authorization")
     headers = _end_to_end(client_headers, frozenset(drop))

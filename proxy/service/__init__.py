@@ -1,48 +1,49 @@
 """The service: the one place where the core's decisions meet the I/O edges.
 
-For each request it reads what the core needs, asks the core, performs what the core
-decided (today: forward; as compaction lands: load the session, compact, store the
-checkpoint, retry on overflow) and hands the web layer a `Reply` to send.
+For a chat completion: load the session's state (checkpoint, turn, calibration, window),
+build the view, count it, run the hooks and compact if the core says so (calling the summary
+brain, storing the new checkpoint), forward, retry once after a fixable overflow, record
+usage and archive the original messages. Every other `/v1/*` request passes through.
 
 It knows nothing of FastAPI: requests come in as `Incoming` values and leave as `Reply`
-values, so the whole path can be driven without an HTTP server.
+values, so the whole path can be driven without an HTTP server. A failure of the proxy's own
+parts (the store, the summarizer) degrades to plain forwarding, never to a failed request.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Callable
-from dataclasses import dataclass
+import asyncio
+import logging
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, field
 
 from proxy.adapters.store import Store, StoreUnavailableError
+from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders
-from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
-from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
+from proxy.adapters.upstream import Upstream, UpstreamRequest
+from proxy.core import hooks
+from proxy.core.headers import upstream_request_headers
 from proxy.core.policy import ModelPolicies
-from proxy.core.request import parse_chat_request
+from proxy.core.request import ChatRequest, parse_chat_request
+from proxy.service.chat import ChatForwarder
+from proxy.service.compactor import Compactor, Outcome
+from proxy.service.memory import Memory
+from proxy.service.replies import Incoming, Reply, buffered, streamed
+from proxy.service.turns import Turn, Turns
+
+__all__ = ["Incoming", "ProxyService", "Reply", "ServiceConfig"]
+
+logger = logging.getLogger("proxy.service")
 
 
 @dataclass(frozen=True, slots=True)
-class Incoming:
-    """A client request as the service sees it; `path` is relative to `/v1/`."""
+class ServiceConfig:
+    """The settings the service works by, as the core's values."""
 
-    method: str
-    path: str
-    query: str
-    headers: Headers
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What to send back: a whole body, or chunks to relay as they arrive.
-
-    `close` must be called once the reply is sent or abandoned; it is synchronous so that it
-    also runs in a task being cancelled because the client went away.
-    """
-
-    status: int
-    headers: Headers
-    body: bytes | AsyncIterator[bytes]
-    close: Callable[[], None]
+    policies: ModelPolicies = field(default_factory=ModelPolicies)
+    rules: tuple[hooks.Hook, ...] = ()
+    upstream_api_key: str | None = None
+    summary_timeout_s: float = 120.0
 
 
 class ProxyService:
@@ -53,33 +54,57 @@ class ProxyService:
         *,
         upstream: Upstream,
         store: Store,
-        policies: ModelPolicies,
         encoders: Encoders,
-        upstream_api_key: str | None = None,
+        config: ServiceConfig,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self._upstream = upstream
         self._store = store
-        self._policies = policies
-        self._encoders = encoders
-        self._api_key = upstream_api_key
+        self._api_key = api_key = config.upstream_api_key
+        self.memory = Memory(store)
+        self._turns = Turns(
+            memory=self.memory,
+            policies=config.policies,
+            encoders=encoders,
+            upstream=upstream,
+            upstream_api_key=api_key,
+        )
+        self._compactor = Compactor(
+            memory=self.memory,
+            summarizer=summarizer or Summarizer(upstream),
+            rules=config.rules,
+            summary_timeout_s=config.summary_timeout_s,
+        )
+        self._chat = ChatForwarder(
+            upstream=upstream, memory=self.memory, compactor=self._compactor, api_key=api_key
+        )
+        self._background: set[asyncio.Task[None]] = set()
 
     async def chat_completion(self, incoming: Incoming, raw: bytes) -> Reply:
-        """Forward a chat completion; streams are relayed chunk by chunk, never buffered."""
+        """Compact if needed, forward, and relay the answer (streams chunk by chunk)."""
         request = parse_chat_request(raw)
-        # Nothing is changed yet, so the client's exact bytes go upstream: no re-serialisation
-        # cost, and fields we do not know cannot be lost.
+        turn = await self._turns.begin(incoming, request)
+        self._archive(turn)
+        if (incoming.header("x-compaction") or "").lower() == "off":
+            return await self._untouched(incoming, request)
+        outcome = await self._compactor.before_forward(turn)
+        reply = await self._chat.forward(turn, outcome)
+        return reply.with_headers(_compaction_headers(turn, outcome))
+
+    async def _untouched(self, incoming: Incoming, request: ChatRequest) -> Reply:
+        headers = upstream_request_headers(incoming.headers, api_key=self._api_key)
         response = await self._upstream.send(
-            UpstreamRequest(
-                method="POST",
-                path=incoming.path,
-                query=incoming.query,
-                headers=upstream_request_headers(incoming.headers, api_key=self._api_key),
-                body=raw,
-            )
+            UpstreamRequest("POST", incoming.path, incoming.query, headers, request.raw)
         )
-        if request.stream:
-            return _streamed(response)
-        return await _buffered(response)
+        return streamed(response) if request.stream else await buffered(response)
+
+    def _archive(self, turn: Turn) -> None:
+        # Off the request path: the archive is for the operator, not for this answer.
+        task = asyncio.create_task(
+            self.memory.archive(turn.tenant, turn.session, turn.request.messages)
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def passthrough(self, incoming: Incoming, body: AsyncIterable[bytes] | None) -> Reply:
         """Forward any other `/v1/*` request untouched, streaming both bodies."""
@@ -94,7 +119,7 @@ class ProxyService:
                 body=body,
             )
         )
-        return _streamed(response)
+        return streamed(response)
 
     async def readiness(self) -> dict[str, str]:
         """What is not usable, by part; empty when the proxy is ready to serve."""
@@ -107,23 +132,19 @@ class ProxyService:
             problems["store"] = str(exc)
         return problems
 
-
-async def _buffered(response: UpstreamResponse) -> Reply:
-    try:
-        body = await response.read()
-    finally:
-        response.close()
-    return Reply(response.status, client_response_headers(response.headers), body, _nothing)
+    async def aclose(self) -> None:
+        """Let background work (archiving) finish."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
 
 
-def _streamed(response: UpstreamResponse) -> Reply:
-    return Reply(
-        response.status,
-        client_response_headers(response.headers),
-        response.iter_chunks(),
-        response.close,
-    )
-
-
-def _nothing() -> None:
-    return None
+def _compaction_headers(turn: Turn, outcome: Outcome) -> list[tuple[str, str]]:
+    headers = [
+        ("x-compaction-applied", outcome.strategy or "none"),
+        ("x-compaction-tokens-before", str(turn.budget.estimate(outcome.tokens_before))),
+        ("x-compaction-tokens-after", str(turn.budget.estimate(outcome.tokens_after))),
+        ("x-context-pressure", f"{turn.budget.pressure(outcome.tokens_after):.4f}"),
+    ]
+    if turn.session is not None:
+        headers.append(("x-session-id", turn.session))
+    return headers

@@ -13,14 +13,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 
 from proxy import __version__
 from proxy.adapters.store import Store, open_store
+from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.adapters.upstream import Upstream
 from proxy.errors import ProxyError
-from proxy.service import ProxyService
+from proxy.service import ProxyService, ServiceConfig
 from proxy.settings import Settings
 from proxy.web import routes
 
@@ -41,24 +43,40 @@ def create_app(
             timeout_s=settings.upstream.timeout_s,
             max_connections=settings.upstream.max_connections,
         )
-        sessions = store or open_store(settings.redis.url)
+        brain = settings.context.summary_brain
+        # Its own pool and time-out: a slow summary must not wait behind, or hold up, the
+        # forwarded traffic.
+        brain_client = Upstream(
+            brain.base_url or client.base_url,
+            timeout_s=brain.timeout_s,
+            max_connections=settings.upstream.max_connections,
+        )
+        sessions = store or open_store(settings.redis)
         # Loaded once, off the event loop (reading the files takes about a second); when they
         # cannot be loaded this logs the one startup warning and counts approximately.
         tokenizers = encoders if encoders is not None else await asyncio.to_thread(load_encoders)
         await client.open()
-        api_key = settings.upstream.api_key
-        app.state.service = ProxyService(
+        await brain_client.open()
+        service = ProxyService(
             upstream=client,
             store=sessions,
-            policies=settings.model_policies(),
             encoders=tokenizers,
-            upstream_api_key=api_key.get_secret_value() if api_key else None,
+            config=_service_config(settings),
+            summarizer=Summarizer(
+                brain_client,
+                model=brain.model,
+                api_key=_secret(brain.api_key),
+                window=brain.context_window,
+            ),
         )
+        app.state.service = service
         app.state.max_body_bytes = settings.server.max_body_bytes
         try:
             yield
         finally:
+            await service.aclose()
             await client.aclose()
+            await brain_client.aclose()
             await sessions.aclose()
 
     # No generated docs: /docs and /openapi.json would describe nothing of the proxied API.
@@ -74,3 +92,16 @@ def create_app(
     app.add_exception_handler(HTTPException, routes.http_error)
     app.router.routes.extend(routes.ROUTES)
     return app
+
+
+def _service_config(settings: Settings) -> ServiceConfig:
+    return ServiceConfig(
+        policies=settings.model_policies(),
+        rules=settings.hook_rules(),
+        upstream_api_key=_secret(settings.upstream.api_key),
+        summary_timeout_s=settings.context.summary_brain.timeout_s,
+    )
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None

@@ -54,3 +54,9 @@ def test_relayed_headers_are_an_ordered_subsequence(headers: list[tuple[str, str
     relayed = client_response_headers(headers)
     remaining = iter(headers)
     assert all(any(pair == candidate for candidate in remaining) for pair in relayed)
+
+
+def test_identity_encoding_drops_accept_encoding() -> None:
+    headers = [("Accept-Encoding", "gzip, br"), ("x-a", "1")]
+    assert upstream_request_headers(headers, api_key=None, identity_encoding=True) == [("x-a", "1")]
+    assert upstream_request_headers(headers, api_key=None) == headers

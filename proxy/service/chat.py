@@ -1,0 +1,215 @@
+"""Forwarding a compacted chat completion: one retry after an overflow, usage recorded.
+
+Errors are classified with the core's overflow classifier. An overflow that compaction can
+fix is retried exactly once, after the emergency plan (no LLM call) and after learning the
+window the error stated; a second overflow, or one compaction cannot fix, goes back to the
+client as the provider sent it, with `x-should-retry: false` so SDKs do not retry it
+themselves. Any other error goes back unchanged at once.
+
+A stream's status line is not an error when the provider reports the overflow in its first
+event (older llama.cpp, OpenRouter): that first event is read before anything is relayed, so
+the same retry applies while nothing has reached the client yet.
+
+Every successful response's `usage.prompt_tokens`, compared with our estimate of the same
+payload, updates the model's calibration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
+from proxy.core.calibration import updated_calibration
+from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
+from proxy.core.messages import Message
+from proxy.core.overflow import Verdict, classify
+from proxy.core.plan import Compacted, Situation, plan_emergency
+from proxy.core.sse import StreamTap, event_data, first_event, with_usage_requested
+from proxy.service.compactor import Compactor, Outcome
+from proxy.service.memory import Memory
+from proxy.service.replies import Reply
+from proxy.service.turns import Turn
+
+logger = logging.getLogger("proxy.chat")
+
+_NO_RETRY: Headers = [("x-should-retry", "false")]
+
+
+@dataclass(slots=True)
+class _Sent:
+    """One attempt: the response, and what is known of it before relaying."""
+
+    response: UpstreamResponse
+    estimate: int
+    usage_added: bool
+    head: bytes = b""
+    """Bytes of a stream already read (its first event) and not yet relayed."""
+    error: bytes | None = None
+    """The body (or first event) of an error, already read."""
+
+
+class ChatForwarder:
+    """Sends a turn's messages upstream and turns the answer into a `Reply`."""
+
+    def __init__(
+        self, *, upstream: Upstream, memory: Memory, compactor: Compactor, api_key: str | None
+    ) -> None:
+        self._upstream = upstream
+        self._memory = memory
+        self._compactor = compactor
+        self._api_key = api_key
+
+    async def forward(self, turn: Turn, outcome: Outcome) -> Reply:
+        """Forward, retrying once after a fixable overflow."""
+        sent = await self._send(turn, outcome.forwarded)
+        verdict = self._verdict(turn, sent)
+        if verdict is None:
+            return await self._success(turn, outcome, sent)
+        if not verdict.overflow:
+            return self._error(sent, [])
+        retried = await self._after_overflow(turn, outcome, verdict)
+        if not retried:
+            return self._error(sent, _NO_RETRY)
+        sent.response.close()
+        again = await self._send(turn, outcome.forwarded)
+        second = self._verdict(turn, again)
+        if second is None:
+            return await self._success(turn, outcome, again)
+        return self._error(again, _NO_RETRY if second.overflow else [])
+
+    async def _send(self, turn: Turn, messages: list[Message]) -> _Sent:
+        request = turn.request
+        body: dict[str, Any] = {**request.body, "messages": messages}
+        usage_added = False
+        if request.stream:
+            body, usage_added = with_usage_requested(body)
+        unchanged = messages == request.messages and not usage_added
+        # Unchanged: the client's own bytes. Changed: one deterministic serialization, so a
+        # frozen prefix is the same bytes on every request (the provider caches by prefix).
+        payload = request.raw if unchanged else _dumps(body)
+        headers = upstream_request_headers(
+            turn.incoming.headers, api_key=self._api_key, identity_encoding=True
+        )
+        response = await self._upstream.send(
+            UpstreamRequest("POST", turn.incoming.path, turn.incoming.query, headers, payload)
+        )
+        sent = _Sent(response, turn.tokens(messages), usage_added)
+        await _peek(sent, stream=request.stream)
+        return sent
+
+    def _verdict(self, turn: Turn, sent: _Sent) -> Verdict | None:
+        """None for a success; else what kind of error it is."""
+        if sent.error is None:
+            return None
+        status = sent.response.status
+        requested = turn.budget.output_reserve
+        return classify(status, sent.error, dict(sent.response.headers), requested_output=requested)
+
+    async def _after_overflow(self, turn: Turn, outcome: Outcome, verdict: Verdict) -> bool:
+        """Learn from the overflow and compact hard; False when nothing can be done."""
+        if verdict.limit:
+            await self._memory.learn_window(turn.model, verdict.limit)
+        if not verdict.compaction_can_fix:
+            return False
+        situation = Situation(outcome.messages, turn.request.body, turn.policy, turn.budget)
+        result = plan_emergency(situation, turn.counter, stated_limit=verdict.limit)
+        if not isinstance(result, Compacted):
+            return False
+        logger.info(
+            "overflow (%s): emergency compaction %d -> %d tokens, retrying once",
+            verdict.kind,
+            result.tokens_before,
+            result.tokens_after,
+        )
+        await self._compactor.freeze(turn, result, "overflow", outcome)
+        return True
+
+    def _error(self, sent: _Sent, extra: Headers) -> Reply:
+        sent.response.close()
+        headers = client_response_headers(sent.response.headers)
+        headers = (
+            [(k, v) for k, v in headers if k.lower() != "x-should-retry"] if extra else headers
+        )
+        return Reply(sent.response.status, [*headers, *extra], sent.error or b"")
+
+    async def _success(self, turn: Turn, outcome: Outcome, sent: _Sent) -> Reply:
+        headers = client_response_headers(sent.response.headers)
+        if not turn.request.stream:
+            try:
+                raw = await sent.response.read()
+            finally:
+                sent.response.close()
+            await self._record_usage(turn, outcome, sent.estimate, _usage_of(raw))
+            return Reply(sent.response.status, headers, raw)
+        relay = self._relay(turn, outcome, sent)
+        return Reply(sent.response.status, headers, relay, sent.response.close)
+
+    async def _relay(self, turn: Turn, outcome: Outcome, sent: _Sent) -> AsyncIterator[bytes]:
+        tap = StreamTap(strip_usage_chunk=sent.usage_added)
+        first = tap.feed(sent.head)
+        if first:
+            yield first
+        async for chunk in sent.response.iter_chunks():
+            out = tap.feed(chunk)
+            if out:
+                yield out
+        rest = tap.flush()
+        if rest:
+            yield rest
+        await self._record_usage(turn, outcome, sent.estimate, tap.usage)
+
+    async def _record_usage(
+        self, turn: Turn, outcome: Outcome, estimate: int, usage: dict[str, Any] | None
+    ) -> None:
+        if usage is None:
+            return
+        reported = usage.get("prompt_tokens")
+        if isinstance(reported, int):
+            current = await self._memory.calibration(turn.model)
+            factor = updated_calibration(current, estimated=estimate, reported=reported)
+            if factor is not None and factor != current:
+                await self._memory.set_calibration(turn.model, factor)
+        pressure = turn.budget.pressure(outcome.tokens_after)
+        await self._memory.record_usage(turn.tenant, turn.session, usage, pressure)
+
+
+async def _peek(sent: _Sent, *, stream: bool) -> None:
+    """Read an error body, or a stream's first event, before anything is relayed."""
+    response = sent.response
+    if response.status >= 400:
+        try:
+            sent.error = await response.read()
+        finally:
+            response.close()
+        return
+    if not stream:
+        return
+    buffer = b""
+    async for chunk in response.iter_chunks():
+        buffer += chunk
+        event = first_event(buffer)
+        if event is not None:
+            break
+    else:
+        event = None
+    sent.head = buffer
+    data = event_data(event) if event is not None else None
+    if data is not None and "error" in data:
+        sent.error = buffer
+
+
+def _usage_of(raw: bytes) -> dict[str, Any] | None:
+    try:
+        payload = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,192 @@
+"""Compacting a turn before it is forwarded: hooks, the plan, the summary, the checkpoint.
+
+The core decides; this module performs. Hooks due at `turn_start` run in order (log lines,
+messages to inject, compactions). A compaction runs the core's plan on the turn's view; a
+summary is written by the summary brain under a lock, so that across all replicas only one
+summary is made for one prefix (a request that finds the lock held waits a bounded time for
+the holder's checkpoint, then truncates without storing anything). Every compaction is
+frozen as a checkpoint, so the next requests forward the same prefix, byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from proxy.adapters.summarizer import Summarizer, SummaryFailedError
+from proxy.core import hooks
+from proxy.core.messages import Message, tool_calls
+from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, plan_compaction
+from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
+from proxy.core.windows import known_window
+from proxy.service.memory import Memory
+from proxy.service.turns import Turn
+
+logger = logging.getLogger("proxy.compaction")
+
+# How long a request waits for another replica's summary of the same prefix.
+LOCK_WAIT_S = 10.0
+_POLL_S = 0.1
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a turn forwards, and what compaction did to get there."""
+
+    messages: list[Message]
+    tokens_before: int
+    tokens_after: int
+    pressure: float
+    strategy: str | None = None
+    injected: list[Message] = field(default_factory=list)
+
+    @property
+    def forwarded(self) -> list[Message]:
+        return [*self.messages, *self.injected]
+
+
+class Compactor:
+    """Runs a turn's hooks and compactions."""
+
+    def __init__(
+        self,
+        *,
+        memory: Memory,
+        summarizer: Summarizer,
+        rules: tuple[hooks.Hook, ...],
+        summary_timeout_s: float,
+    ) -> None:
+        self._memory = memory
+        self._summarizer = summarizer
+        self._rules = rules
+        self._lock_ttl_s = summary_timeout_s * 2 + 30
+        self._fired: dict[tuple[str, str | None], dict[int, float]] = {}
+
+    async def before_forward(self, turn: Turn) -> Outcome:
+        """Run the hooks due at turn start and return what to forward."""
+        messages = turn.view()
+        tokens = turn.tokens(messages)
+        outcome = Outcome(messages, tokens, tokens, turn.budget.pressure(tokens))
+        for action in self._due(turn, outcome):
+            await self._perform(action, turn, outcome)
+        return outcome
+
+    def _due(self, turn: Turn, outcome: Outcome) -> list[hooks.Action]:
+        policy = turn.policy
+        rules = hooks.with_default_hook(
+            self._rules, auto_compact=policy.auto_compact, trigger=policy.compression_trigger
+        )
+        facts = hooks.TurnFacts(
+            turn=turn.state.turns,
+            tokens=outcome.tokens_before,
+            messages=len(outcome.messages),
+            pressure=outcome.pressure,
+            tool_calls=sum(len(tool_calls(m)) for m in outcome.messages),
+        )
+        now = time.monotonic()
+        fired = self._fired.setdefault((turn.tenant, turn.session), {})
+        due = hooks.due_actions(rules, "turn_start", facts, now=now, last_fired=fired)
+        for index, _ in due:
+            fired[index] = now
+        return [action for _, action in due]
+
+    async def _perform(self, action: hooks.Action, turn: Turn, outcome: Outcome) -> None:
+        if isinstance(action, hooks.Log):
+            logger.info("hook: %s", action.message)
+        elif isinstance(action, hooks.InjectMessage):
+            outcome.injected.append({"role": action.role, "content": action.message})
+        else:
+            await self._compact(action, turn, outcome)
+
+    async def _compact(self, action: hooks.CompactContext, turn: Turn, outcome: Outcome) -> None:
+        changes = {
+            "strategy": action.strategy,
+            "keep_recent": action.keep_recent,
+            "summary_max_tokens": action.summary_max_tokens,
+        }
+        policy = turn.policy.replace(**{k: v for k, v in changes.items() if v is not None})
+        situation = Situation(
+            outcome.messages,
+            turn.request.body,
+            policy,
+            turn.budget,
+            turns_since_compaction=turn.state.turns_since_compaction,
+            force=action.force,
+        )
+        plan = plan_compaction(situation, turn.counter)
+        result = await self._resolve(plan, turn)
+        if isinstance(result, Checkpoint):
+            _adopt(turn, result, outcome)
+        elif result is not None:
+            await self.freeze(turn, result, "hook" if action.force else "pressure", outcome)
+
+    async def _resolve(self, plan: Plan, turn: Turn) -> Compacted | Checkpoint | None:
+        if isinstance(plan, Compacted):
+            return plan
+        if isinstance(plan, NeedsSummary):
+            return await self._summarized(plan, turn)
+        return None
+
+    async def _summarized(self, need: NeedsSummary, turn: Turn) -> Compacted | Checkpoint:
+        name = f"compact:{turn.hashes[-1]}"
+        token = await self._memory.acquire(turn.tenant, name, self._lock_ttl_s)
+        if token is None:
+            # Another request (maybe on another replica) is summarizing this very prefix.
+            waited = await self._wait_for_checkpoint(turn)
+            return waited if waited is not None else need.fallback()
+        try:
+            window = known_window(turn.model) or turn.budget.context_window
+            count = turn.counter.message
+            summary = await self._summarizer.summarize(
+                need, credentials=turn.credentials, count=count, window=window
+            )
+        except SummaryFailedError as exc:
+            logger.warning("summary failed, truncating instead: %s", exc)
+            return need.fallback()
+        finally:
+            await self._memory.release(turn.tenant, name, token)
+        return need.complete(summary.text)
+
+    async def _wait_for_checkpoint(self, turn: Turn) -> Checkpoint | None:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        previous = turn.checkpoint.covered if turn.checkpoint else 0
+        while time.monotonic() < deadline:
+            await asyncio.sleep(_POLL_S)
+            found = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
+            if found is not None and found.covered > previous:
+                return found
+        return None
+
+    async def freeze(self, turn: Turn, result: Compacted, trigger: str, outcome: Outcome) -> None:
+        """Store `result` as the turn's checkpoint and make it what the turn forwards."""
+        made = new_checkpoint(
+            turn.head,
+            turn.body,
+            turn.hashes,
+            result.messages,
+            created_at=time.time(),
+            strategy=result.strategy,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+        )
+        record = CompactionRecord(
+            time.time(), trigger, result.strategy, result.tokens_before, result.tokens_after
+        )
+        await self._memory.record_compaction(turn.tenant, turn.session, record)
+        if made is None:
+            outcome.messages = result.messages
+        else:
+            # Set-if-absent: when another request froze the same prefix first, its version
+            # wins, so every request that extends this prefix forwards the same bytes.
+            _adopt(turn, await self._memory.put_checkpoint(turn.tenant, made), outcome)
+        outcome.tokens_after = turn.tokens(outcome.messages)
+        outcome.strategy = result.strategy
+
+
+def _adopt(turn: Turn, checkpoint: Checkpoint, outcome: Outcome) -> None:
+    turn.checkpoint = checkpoint
+    outcome.messages = turn.view()
+    outcome.tokens_after = turn.tokens(outcome.messages)
+    outcome.strategy = checkpoint.strategy

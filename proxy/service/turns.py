@@ -1,0 +1,199 @@
+"""A turn: one chat completion request with everything known about its conversation.
+
+Preparing a turn reads what the core needs and nothing more: who the tenant is, which
+session and checkpoint the request continues, the model's policy, window and calibration,
+and the counter for its tokenizer. Lookups that need the network (the upstream's
+`/v1/models`) are made once per model and remembered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.adapters.tokenizer import Encoders
+from proxy.adapters.upstream import Upstream, UpstreamRequest
+from proxy.core.budget import Budget, output_reserve
+from proxy.core.calibration import resolve_window
+from proxy.core.headers import Headers
+from proxy.core.messages import Message
+from proxy.core.policy import ContextPolicy, ModelPolicies
+from proxy.core.request import ChatRequest
+from proxy.core.session import (
+    Checkpoint,
+    SessionState,
+    chain_hashes,
+    session_id_of,
+    split_head,
+    tenant_of,
+    view,
+)
+from proxy.core.tokens import TokenCounter
+from proxy.core.windows import known_window
+from proxy.errors import UpstreamError
+from proxy.service.memory import Memory
+from proxy.service.replies import Incoming
+
+# The window assumed for a model nothing else tells about (`context.context_window: null`).
+DEFAULT_WINDOW = 128_000
+# Fields OpenAI-compatible servers use for a model's window in `/v1/models`.
+_WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
+_CREDENTIAL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
+
+
+@dataclass(slots=True)
+class Turn:
+    """One chat completion request and the state of its conversation."""
+
+    request: ChatRequest
+    incoming: Incoming
+    tenant: str
+    session: str | None
+    head: list[Message]
+    body: list[Message]
+    hashes: list[str]
+    policy: ContextPolicy
+    budget: Budget
+    counter: TokenCounter
+    state: SessionState
+    checkpoint: Checkpoint | None
+    credentials: Headers
+
+    @property
+    def model(self) -> str | None:
+        return self.request.model
+
+    def view(self) -> list[Message]:
+        """What would be forwarded without a new compaction: `head + R + body[k:]`."""
+        return view(self.head, self.body, self.checkpoint)
+
+    def tokens(self, messages: list[Message]) -> int:
+        """Our raw (uncalibrated) count of a request carrying `messages`."""
+        return self.counter.messages(messages) + self.counter.tools(self.request.body)
+
+
+class Turns:
+    """Builds `Turn`s: tenant, session, checkpoint, window, calibration, counter."""
+
+    def __init__(
+        self,
+        *,
+        memory: Memory,
+        policies: ModelPolicies,
+        encoders: Encoders,
+        upstream: Upstream,
+        upstream_api_key: str | None,
+    ) -> None:
+        self._memory = memory
+        self._policies = policies
+        self._encoders = encoders
+        self._upstream = upstream
+        self._api_key = upstream_api_key
+        # One counter per encoding for the life of the process: its cache is what makes a
+        # long history cheap to count again on every turn.
+        self._counters: dict[str, TokenCounter] = {}
+        self._reported: dict[str, int | None] = {}
+
+    async def begin(self, incoming: Incoming, request: ChatRequest) -> Turn:
+        head, body = split_head(request.messages)
+        hashes = chain_hashes(body)
+        credentials = _credentials(incoming)
+        tenant = tenant_of(self._api_key or _credential_value(credentials))
+        session = session_id_of(incoming.header("x-session-id"), hashes)
+        model = request.model
+        policy = self._policies.for_model(model)
+        checkpoint = await self._memory.find_checkpoint(tenant, hashes)
+        state = await self._memory.begin_turn(tenant, session, model, time.time())
+        window = await self.window(model, credentials)
+        reserve = min(output_reserve(request.body, policy.output_reserved), window - 1)
+        calibration = await self._memory.calibration(model) or 1.0
+        return Turn(
+            request=request,
+            incoming=incoming,
+            tenant=tenant,
+            session=session,
+            head=head,
+            body=body,
+            hashes=hashes,
+            policy=policy,
+            budget=Budget(window, reserve, calibration),
+            counter=self.counter(model),
+            state=state,
+            checkpoint=checkpoint,
+            credentials=credentials,
+        )
+
+    def counter(self, model: str | None) -> TokenCounter:
+        encoder = self._encoders.for_model(model)
+        if encoder.name not in self._counters:
+            self._counters[encoder.name] = TokenCounter(encoder)
+        return self._counters[encoder.name]
+
+    async def window(self, model: str | None, credentials: Headers) -> int:
+        """The model's window: configured, known, reported by the upstream, or the default,
+        capped by what an overflow error taught."""
+        configured = self._policies.configured_window(model)
+        known = known_window(model)
+        reported = None
+        if not configured and not known and model:
+            reported = await self._reported_window(model, credentials)
+        window, _source = resolve_window(
+            configured=configured,
+            known=known,
+            reported=reported,
+            learned=await self._memory.learned_window(model),
+            default=self._policies.default.context_window or DEFAULT_WINDOW,
+        )
+        return window
+
+    async def _reported_window(self, model: str, credentials: Headers) -> int | None:
+        if model not in self._reported:
+            self._reported[model] = await self._ask_models(model, credentials)
+        return self._reported[model]
+
+    async def _ask_models(self, model: str, credentials: Headers) -> int | None:
+        headers = [("authorization", f"Bearer {self._api_key}")] if self._api_key else credentials
+        try:
+            response = await self._upstream.send(UpstreamRequest("GET", "models", "", headers))
+            try:
+                raw = await response.read()
+            finally:
+                response.close()
+        except UpstreamError:
+            return None
+        return _window_in(raw, model) if response.status == 200 else None
+
+
+def _window_in(raw: bytes, model: str) -> int | None:
+    import json
+
+    try:
+        listing = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    entries = listing.get("data") if isinstance(listing, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return _first_int(entry)
+    return None
+
+
+def _first_int(entry: Mapping[str, Any]) -> int | None:
+    for name in _WINDOW_FIELDS:
+        value = entry.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _credentials(incoming: Incoming) -> Headers:
+    return [(k, v) for k, v in incoming.headers if k.lower() in _CREDENTIAL_HEADERS]
+
+
+def _credential_value(credentials: Headers) -> str | None:
+    for name, value in credentials:
+        if name.lower() in ("authorization", "api-key"):
+            return value
+    return None
