@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
+from proxy.core.budget import output_reserve
 from proxy.core.calibration import updated_calibration
 from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
 from proxy.core.messages import Message
@@ -106,7 +107,8 @@ class ChatForwarder:
         if sent.error is None:
             return None
         status = sent.response.status
-        requested = turn.budget.output_reserve
+        # What the client asked for, not our default reserve: the provider counts only that.
+        requested = output_reserve(turn.request.body, 0) or None
         return classify(status, sent.error, dict(sent.response.headers), requested_output=requested)
 
     async def _after_overflow(self, turn: Turn, outcome: Outcome, verdict: Verdict) -> bool:

@@ -1,0 +1,172 @@
+"""Sessions in Redis: restarts, replicas, outages; and an upstream smaller than configured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from asgi_lifespan import LifespanManager
+
+from proxy.mock_upstream import MockUpstream
+from proxy.web import create_app
+from tests.conftest import make_settings
+from tests.redis_server import RedisServer
+from tests.servers import serve
+from tests.service.agent_run import chat_requests
+
+CONTEXT = {
+    "output_reserved": 200,
+    "keep_recent": 4,
+    "summary_max_tokens": 200,
+    # The summarizer reads whole spans in one call (no splitting into parts here).
+    "summary_brain": {"context_window": 100_000},
+}
+HEADERS = {"authorization": "Bearer sk-replicas"}
+
+
+def long_chat(turns: int) -> list[dict[str, Any]]:
+    """A plain conversation of `turns` exchanges, each about a hundred tokens."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Plan the migration."}]
+    for i in range(turns):
+        messages.append({"role": "assistant", "content": f"Step {i}: " + "details " * 90})
+        messages.append({"role": "user", "content": f"Go on after step {i}."})
+    return messages
+
+
+@asynccontextmanager
+async def proxy(
+    upstream_url: str, redis_url: str, *, window: int | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The proxy in front of `upstream_url`; `window` configures the model's window (else the
+    upstream's /v1/models tells it)."""
+    models = {"mock-model": {"context_window": window}} if window else {}
+    settings = make_settings(upstream_url, redis={"url": redis_url}, context=CONTEXT, models=models)
+    app = create_app(settings)
+    async with (
+        LifespanManager(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as http,
+    ):
+        yield http
+
+
+async def chat(http: httpx.AsyncClient, messages: list[dict[str, Any]]) -> httpx.Response:
+    body = {"model": "mock-model", "messages": messages}
+    response = await http.post("/v1/chat/completions", json=body, headers=HEADERS, timeout=30)
+    assert response.status_code == 200, response.text
+    return response
+
+
+async def test_restart_reuses_the_stored_checkpoint(redis_server: RedisServer) -> None:
+    provider = MockUpstream(window=3000)
+    async with serve(provider.app) as base:
+        async with proxy(f"{base}/v1", redis_server.url) as http:
+            first = await chat(http, long_chat(30))
+        assert first.headers["x-compaction-applied"] == "summarize"
+        assert provider.summary_calls == 1
+        before = chat_requests(provider)[-1].json()["messages"]
+        async with proxy(f"{base}/v1", redis_server.url) as http:  # a new process, same Redis
+            again = await chat(http, [*long_chat(30), {"role": "assistant", "content": "ok"},
+                                      {"role": "user", "content": "next"}])  # fmt: skip
+        after = chat_requests(provider)[-1].json()["messages"]
+    assert provider.summary_calls == 1  # no new summary: the checkpoint was found
+    assert after[: len(before)] == before  # the same forwarded prefix, byte for byte
+    assert again.headers["x-compaction-applied"] == "none"
+
+
+async def test_two_replicas_make_one_summary(redis_server: RedisServer) -> None:
+    provider = MockUpstream(window=3000, latency_s=0.3)
+    async with (
+        serve(provider.app) as base,
+        proxy(f"{base}/v1", redis_server.url) as one,
+        proxy(f"{base}/v1", redis_server.url) as two,
+    ):
+        messages = long_chat(30)
+        replies = await asyncio.gather(chat(one, messages), chat(two, messages))
+    assert provider.summary_calls == 1
+    bodies = [r.json()["messages"] for r in chat_requests(provider)]
+    assert bodies[0] == bodies[1]  # both forwarded the one stored compaction
+    assert {r.headers["x-session-id"] for r in replies} == {replies[0].headers["x-session-id"]}
+
+
+async def test_redis_stopping_mid_session_fails_no_request(redis_server: RedisServer) -> None:
+    provider = MockUpstream(window=3000)
+    async with serve(provider.app) as base, proxy(f"{base}/v1", redis_server.url) as http:
+        await chat(http, long_chat(10))
+        redis_server.stop()
+        during = await chat(http, long_chat(30))  # compacts from the request alone
+        redis_server.start()
+        after = await chat(http, long_chat(31))
+    assert during.headers["x-compaction-applied"] != "none"
+    assert after.status_code == 200
+    assert provider.overflows == 0
+
+
+async def test_upstream_window_smaller_than_configured_is_learned() -> None:
+    provider = MockUpstream(window=2500, token_factor=1.1)
+    async with (
+        serve(provider.app) as base,
+        proxy(f"{base}/v1", "", window=20_000) as http,
+    ):
+        messages = long_chat(30)  # over the real window, well under the configured one
+        for _ in range(6):
+            reply = await chat(http, messages)
+            messages += [reply.json()["choices"][0]["message"], {"role": "user", "content": "more"}]
+    assert provider.overflows == 1  # the first one, caught and retried; none after
+    assert max(provider.prompt_tokens) <= 2500
+
+
+async def test_second_overflow_goes_back_with_should_retry_false() -> None:
+    provider = MockUpstream(window=400)
+    # The instructions alone are over the real window, and instructions are never cut.
+    rules = {"role": "system", "content": "Follow the house rules. " * 150}
+    async with serve(provider.app) as base, proxy(f"{base}/v1", "", window=20_000) as http:
+        body = {"model": "mock-model", "messages": [rules, *long_chat(3)]}
+        response = await http.post("/v1/chat/completions", json=body, headers=HEADERS)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert response.headers["x-should-retry"] == "false"
+    assert provider.overflows == 2  # the original and the one retry, never more
+
+
+async def test_compaction_off_forwards_untouched() -> None:
+    provider = MockUpstream(window=100_000)
+    async with serve(provider.app) as base, proxy(f"{base}/v1", "", window=3000) as http:
+        body = {"model": "mock-model", "messages": long_chat(30)}
+        raw = json.dumps(body).encode()
+        response = await http.post(
+            "/v1/chat/completions",
+            content=raw,
+            headers={**HEADERS, "x-compaction": "off", "content-type": "application/json"},
+        )
+    assert response.status_code == 200
+    assert chat_requests(provider)[-1].body == raw
+
+
+async def test_streamed_overflow_is_retried_before_anything_is_relayed() -> None:
+    provider = MockUpstream(window=2500)
+    async with serve(provider.app) as base, proxy(f"{base}/v1", "", window=20_000) as http:
+        body = {"model": "mock-model", "messages": long_chat(30), "stream": True}
+        response = await http.post("/v1/chat/completions", json=body, headers=HEADERS)
+    assert response.status_code == 200
+    assert response.text.rstrip().endswith("data: [DONE]")
+    assert '"usage"' not in response.text.replace('"usage":null', "")  # we asked, not the client
+    assert provider.overflows == 1
+
+
+async def test_reported_usage_calibrates_the_estimates() -> None:
+    provider = MockUpstream(token_factor=1.25)
+    async with serve(provider.app) as base:
+        settings = make_settings(f"{base}/v1", context=CONTEXT)
+        app = create_app(settings)
+        transport = httpx.ASGITransport(app=app)
+        async with LifespanManager(app), httpx.AsyncClient(transport=transport) as http:
+            for turns in range(3, 9):
+                body = {"model": "mock-model", "messages": long_chat(turns)}
+                await http.post("http://proxy/v1/chat/completions", json=body, headers=HEADERS)
+            factor = await app.state.service.memory.calibration("mock-model")
+    assert factor is not None
+    assert 1.15 < factor < 1.3
