@@ -268,6 +268,12 @@ class HookSettings(_Section):
             data = {("on" if key is True else key): value for key, value in data.items()}
         return data
 
+    @model_validator(mode="after")
+    def _inject_before_the_answer(self) -> HookSettings:
+        if self.on == "turn_end" and isinstance(self.action, _InjectMessage):
+            raise ValueError("inject_message runs on turn_start (after the answer it is too late)")
+        return self
+
     def core(self) -> core_hooks.Hook:
         return core_hooks.Hook(self.on, self.condition.core(), self.action.core(), self.cooldown)
 

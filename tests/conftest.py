@@ -28,7 +28,7 @@ async def upstream_url(upstream: MockUpstream) -> AsyncIterator[str]:
         yield f"{base_url}/v1"
 
 
-def make_settings(upstream_url: str, **sections: dict[str, Any]) -> Settings:
+def make_settings(upstream_url: str, **sections: Any) -> Settings:
     return Settings.model_validate({"upstream": {"base_url": upstream_url}, **sections})
 
 

@@ -242,3 +242,9 @@ def test_bad_redis_keys_are_named(tmp_path: Path, text: str, expected: str) -> N
     with pytest.raises(ConfigError) as caught:
         load_settings(write(tmp_path, text), environ={})
     assert expected in caught.value.message
+
+
+def test_inject_message_only_at_turn_start(tmp_path: Path) -> None:
+    hook = "{on: turn_end, action: {type: inject_message, message: x}}"
+    with pytest.raises(ConfigError, match="inject_message runs on turn_start"):
+        load_settings(write(tmp_path, f"hooks: [{hook}]\n"), environ={})

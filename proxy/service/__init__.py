@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.adapters.store import Store, StoreUnavailableError
 from proxy.adapters.summarizer import Summarizer
@@ -89,7 +90,29 @@ class ProxyService:
             return await self._untouched(incoming, request)
         outcome = await self._compactor.before_forward(turn)
         reply = await self._chat.forward(turn, outcome)
+        reply = self._then(reply, lambda: self._compactor.after_answer(turn, outcome))
         return reply.with_headers(_compaction_headers(turn, outcome))
+
+    def _then(self, reply: Reply, work: Callable[[], Coroutine[Any, Any, None]]) -> Reply:
+        """`reply`, with `work()` started in the background once its body has been sent."""
+        if isinstance(reply.body, bytes):
+            self._spawn(work())
+            return reply
+        return Reply(reply.status, reply.headers, self._relayed(reply.body, work), reply.close)
+
+    async def _relayed(
+        self, body: AsyncIterator[bytes], work: Callable[[], Coroutine[Any, Any, None]]
+    ) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in body:
+                yield chunk
+        finally:
+            self._spawn(work())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _untouched(self, incoming: Incoming, request: ChatRequest) -> Reply:
         headers = upstream_request_headers(incoming.headers, api_key=self._api_key)
@@ -100,11 +123,7 @@ class ProxyService:
 
     def _archive(self, turn: Turn) -> None:
         # Off the request path: the archive is for the operator, not for this answer.
-        task = asyncio.create_task(
-            self.memory.archive(turn.tenant, turn.session, turn.request.messages)
-        )
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(self.memory.archive(turn.tenant, turn.session, turn.request.messages))
 
     async def passthrough(self, incoming: Incoming, body: AsyncIterable[bytes] | None) -> Reply:
         """Forward any other `/v1/*` request untouched, streaming both bodies."""

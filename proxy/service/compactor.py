@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from proxy.adapters.summarizer import Summarizer, SummaryFailedError
+from proxy.adapters.summarizer import Summarizer, SummaryFailedError, SummaryResult
 from proxy.core import hooks
 from proxy.core.messages import Message, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, plan_compaction
@@ -73,7 +73,18 @@ class Compactor:
             await self._perform(action, turn, outcome)
         return outcome
 
-    def _due(self, turn: Turn, outcome: Outcome) -> list[hooks.Action]:
+    async def after_answer(self, turn: Turn, outcome: Outcome) -> None:
+        """Run the hooks due at turn end; a compaction there prepares the next turn (its
+        checkpoint is found by the next request, which extends this one)."""
+        for action in self._due(turn, outcome, "turn_end"):
+            if isinstance(action, hooks.Log):
+                logger.info("hook: %s", action.message)
+            elif isinstance(action, hooks.CompactContext):
+                await self._compact(action, turn, outcome)
+
+    def _due(
+        self, turn: Turn, outcome: Outcome, event: hooks.Event = "turn_start"
+    ) -> list[hooks.Action]:
         policy = turn.policy
         rules = hooks.with_default_hook(
             self._rules, auto_compact=policy.auto_compact, trigger=policy.compression_trigger
@@ -87,7 +98,7 @@ class Compactor:
         )
         now = time.monotonic()
         fired = self._fired.setdefault((turn.tenant, turn.session), {})
-        due = hooks.due_actions(rules, "turn_start", facts, now=now, last_fired=fired)
+        due = hooks.due_actions(rules, event, facts, now=now, last_fired=fired)
         for index, _ in due:
             fired[index] = now
         return [action for _, action in due]
@@ -116,26 +127,31 @@ class Compactor:
             force=action.force,
         )
         plan = plan_compaction(situation, turn.counter)
-        result = await self._resolve(plan, turn)
+        result, summary = await self._resolve(plan, turn)
         if isinstance(result, Checkpoint):
             _adopt(turn, result, outcome)
         elif result is not None:
-            await self.freeze(turn, result, "hook" if action.force else "pressure", outcome)
+            trigger = "hook" if action.force else "pressure"
+            await self.freeze(turn, result, trigger, outcome, summary)
 
-    async def _resolve(self, plan: Plan, turn: Turn) -> Compacted | Checkpoint | None:
+    async def _resolve(
+        self, plan: Plan, turn: Turn
+    ) -> tuple[Compacted | Checkpoint | None, SummaryResult | None]:
         if isinstance(plan, Compacted):
-            return plan
+            return plan, None
         if isinstance(plan, NeedsSummary):
             return await self._summarized(plan, turn)
-        return None
+        return None, None
 
-    async def _summarized(self, need: NeedsSummary, turn: Turn) -> Compacted | Checkpoint:
+    async def _summarized(
+        self, need: NeedsSummary, turn: Turn
+    ) -> tuple[Compacted | Checkpoint, SummaryResult | None]:
         name = f"compact:{turn.hashes[-1]}"
         token = await self._memory.acquire(turn.tenant, name, self._lock_ttl_s)
         if token is None:
             # Another request (maybe on another replica) is summarizing this very prefix.
             waited = await self._wait_for_checkpoint(turn)
-            return waited if waited is not None else need.fallback()
+            return (waited if waited is not None else need.fallback()), None
         try:
             window = known_window(turn.model) or turn.budget.context_window
             count = turn.counter.message
@@ -144,10 +160,10 @@ class Compactor:
             )
         except SummaryFailedError as exc:
             logger.warning("summary failed, truncating instead: %s", exc)
-            return need.fallback()
+            return need.fallback(), None
         finally:
             await self._memory.release(turn.tenant, name, token)
-        return need.complete(summary.text)
+        return need.complete(summary.text), summary
 
     async def _wait_for_checkpoint(self, turn: Turn) -> Checkpoint | None:
         deadline = time.monotonic() + LOCK_WAIT_S
@@ -159,7 +175,14 @@ class Compactor:
                 return found
         return None
 
-    async def freeze(self, turn: Turn, result: Compacted, trigger: str, outcome: Outcome) -> None:
+    async def freeze(
+        self,
+        turn: Turn,
+        result: Compacted,
+        trigger: str,
+        outcome: Outcome,
+        summary: SummaryResult | None = None,
+    ) -> None:
         """Store `result` as the turn's checkpoint and make it what the turn forwards."""
         made = new_checkpoint(
             turn.head,
@@ -172,7 +195,13 @@ class Compactor:
             tokens_after=result.tokens_after,
         )
         record = CompactionRecord(
-            time.time(), trigger, result.strategy, result.tokens_before, result.tokens_after
+            time.time(),
+            trigger,
+            result.strategy,
+            result.tokens_before,
+            result.tokens_after,
+            summarizer_model=summary.model if summary else None,
+            summarizer_tokens=summary.tokens if summary else 0,
         )
         await self._memory.record_compaction(turn.tenant, turn.session, record)
         if made is None:

@@ -65,7 +65,10 @@ def create_app(
             summarizer=Summarizer(
                 brain_client,
                 model=brain.model,
-                api_key=_secret(brain.api_key),
+                # The brain's own key, else the proxy's upstream key when the brain is that
+                # upstream; else (None) the client's credentials.
+                api_key=_secret(brain.api_key)
+                or (None if brain.base_url else _secret(settings.upstream.api_key)),
                 window=brain.context_window,
             ),
         )
