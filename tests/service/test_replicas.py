@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ from proxy.mock_upstream import MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer
-from tests.servers import serve
+from tests.servers import proxy_process, serve, serve_in_thread
 from tests.service.agent_run import chat_requests
 
 CONTEXT = {
@@ -170,3 +171,24 @@ async def test_reported_usage_calibrates_the_estimates() -> None:
             factor = await app.state.service.memory.calibration("mock-model")
     assert factor is not None
     assert 1.15 < factor < 1.3
+
+
+async def test_two_proxy_processes_on_one_redis_make_one_summary(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    provider = MockUpstream(window=3000, latency_s=0.3)
+    config = tmp_path / "proxy.yaml"
+    config.write_text(json.dumps({"context": CONTEXT, "log": {"level": "warning"}}))
+    with serve_in_thread(provider.app) as base:
+        args = ["--config", str(config), "--upstream", f"{base}/v1", "--redis", redis_server.url]
+        with proxy_process(args) as one, proxy_process(args) as two:
+            body = {"model": "mock-model", "messages": long_chat(30)}
+            async with httpx.AsyncClient(timeout=60, headers=HEADERS) as http:
+                replies = await asyncio.gather(
+                    http.post(f"{one}/v1/chat/completions", json=body),
+                    http.post(f"{two}/v1/chat/completions", json=body),
+                )
+    assert [r.status_code for r in replies] == [200, 200]
+    assert provider.summary_calls == 1
+    first, second = (r.json()["messages"] for r in chat_requests(provider))
+    assert first == second
