@@ -16,7 +16,7 @@ from proxy.mock_upstream import MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer
-from tests.servers import proxy_process, serve, serve_in_thread
+from tests.servers import free_port, proxy_process, serve, serve_in_thread
 from tests.service.agent_run import chat_requests
 
 CONTEXT = {
@@ -192,3 +192,21 @@ async def test_two_proxy_processes_on_one_redis_make_one_summary(
     assert provider.summary_calls == 1
     first, second = (r.json()["messages"] for r in chat_requests(provider))
     assert first == second
+
+
+async def test_summarizer_down_truncates_and_the_request_succeeds() -> None:
+    provider = MockUpstream(window=3000)
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    async with serve(provider.app) as base:
+        brain = {**CONTEXT["summary_brain"], "base_url": dead, "timeout_s": 2}  # type: ignore[dict-item]
+        settings = make_settings(f"{base}/v1", context={**CONTEXT, "summary_brain": brain})
+        app = create_app(settings)
+        transport = httpx.ASGITransport(app=app)
+        async with LifespanManager(app), httpx.AsyncClient(transport=transport) as http:
+            body = {"model": "mock-model", "messages": long_chat(30)}
+            response = await http.post(
+                "http://proxy/v1/chat/completions", json=body, headers=HEADERS
+            )
+    assert response.status_code == 200
+    assert response.headers["x-compaction-applied"] == "truncate"
+    assert provider.summary_calls == 0
