@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core import jsoncodec
 from proxy.errors import InvalidRequestError
 
 
@@ -43,7 +44,7 @@ class ChatRequest:
 def parse_chat_request(raw: bytes) -> ChatRequest:
     """Parse and minimally validate a chat completion body. Raises `InvalidRequestError`."""
     try:
-        body = json.loads(raw)
+        body = jsoncodec.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequestError(
             f"We could not parse the JSON body of your request: {exc}. "

@@ -21,20 +21,19 @@ no longer extends the one it compacted (an edit, a rewind, a branch).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from proxy.core import jsoncodec
 from proxy.core.messages import Message, is_instruction
 
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 _HASH_BYTES = 16
 
 
 def canonical(message: Message) -> bytes:
     """The message as canonical JSON bytes: the same dict always gives the same bytes."""
-    return _ENCODER.encode(message).encode()
+    return jsoncodec.canonical(message)
 
 
 def content_hash(message: Message) -> str:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from proxy.core.jsoncodec import canonical
 from proxy.core.messages import is_instruction, role, text, tool_calls
 
 
@@ -409,15 +410,13 @@ def _function_of(tool: object) -> object:
 
 
 # Built once: `json.dumps` with options builds a new encoder per call, a fifth of the time
-# a cached count takes. Canonical output is ASCII-escaped, so lone surrogates from JSON
-# escapes encode to bytes without error; compact output is not, so a non-ASCII character
-# costs what it costs rather than six escape characters.
-_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+# a cached count takes. Compact output is not ASCII-escaped, so a non-ASCII character costs
+# what it costs rather than six escape characters. Cache keys use `jsoncodec.canonical`.
 _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def _canonical(value: object) -> bytes:
-    return _CANONICAL.encode(value).encode("ascii")
+    return canonical(value)
 
 
 def _compact(value: object) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
+from proxy.core import jsoncodec
 from proxy.core.budget import output_reserve
 from proxy.core.calibration import updated_calibration
 from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
@@ -206,7 +207,7 @@ async def _peek(sent: _Sent, *, stream: bool) -> None:
 
 def _usage_of(raw: bytes) -> dict[str, Any] | None:
     try:
-        payload = json.loads(raw)
+        payload = jsoncodec.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     usage = payload.get("usage") if isinstance(payload, dict) else None
@@ -214,4 +215,4 @@ def _usage_of(raw: bytes) -> dict[str, Any] | None:
 
 
 def _dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return jsoncodec.dumps(body)

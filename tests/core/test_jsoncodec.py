@@ -1,0 +1,41 @@
+"""Fast JSON with a safe fallback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.jsoncodec import canonical, dumps, loads
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(values)
+def test_round_trip_and_canonical_order(value: object) -> None:
+    assert loads(dumps(value)) == json.loads(json.dumps(value))
+    if isinstance(value, dict):
+        reordered = dict(reversed(list(value.items())))
+        assert canonical(reordered) == canonical(value)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"a": NaN}', b'{"big": 123456789012345678901234567890}', b'{"s": "\\ud800"}'],
+)
+def test_what_orjson_refuses_still_parses(raw: bytes) -> None:
+    value = loads(raw)
+    assert isinstance(value, dict)
+    assert canonical(value)
+    assert dumps(value)
+
+
+def test_bad_json_raises_the_standard_error() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        loads(b"{nope")
