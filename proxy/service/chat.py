@@ -67,7 +67,7 @@ class ChatForwarder:
 
     async def forward(self, turn: Turn, outcome: Outcome) -> Reply:
         """Forward, retrying once after a fixable overflow."""
-        sent = await self._send(turn, outcome.forwarded)
+        sent = await self._send(turn, outcome.forwarded, _estimate(turn, outcome))
         verdict = self._verdict(turn, sent)
         if verdict is None:
             return await self._success(turn, outcome, sent)
@@ -77,13 +77,13 @@ class ChatForwarder:
         if not retried:
             return self._error(sent, _NO_RETRY)
         sent.response.close()
-        again = await self._send(turn, outcome.forwarded)
+        again = await self._send(turn, outcome.forwarded, _estimate(turn, outcome))
         second = self._verdict(turn, again)
         if second is None:
             return await self._success(turn, outcome, again)
         return self._error(again, _NO_RETRY if second.overflow else [])
 
-    async def _send(self, turn: Turn, messages: list[Message]) -> _Sent:
+    async def _send(self, turn: Turn, messages: list[Message], estimate: int) -> _Sent:
         request = turn.request
         body: dict[str, Any] = {**request.body, "messages": messages}
         usage_added = False
@@ -99,7 +99,7 @@ class ChatForwarder:
         response = await self._upstream.send(
             UpstreamRequest("POST", turn.incoming.path, turn.incoming.query, headers, payload)
         )
-        sent = _Sent(response, turn.tokens(messages), usage_added)
+        sent = _Sent(response, estimate, usage_added)
         await _peek(sent, stream=request.stream)
         return sent
 
@@ -203,6 +203,11 @@ async def _peek(sent: _Sent, *, stream: bool) -> None:
     data = event_data(event) if event is not None else None
     if data is not None and "error" in data:
         sent.error = buffer
+
+
+def _estimate(turn: Turn, outcome: Outcome) -> int:
+    """Our count of what is sent: known already unless hooks injected messages."""
+    return turn.tokens(outcome.forwarded) if outcome.injected else outcome.tokens_after
 
 
 def _usage_of(raw: bytes) -> dict[str, Any] | None:
