@@ -90,7 +90,8 @@ class ProxyService:
             return await self._untouched(incoming, request)
         outcome = await self._compactor.before_forward(turn)
         reply = await self._chat.forward(turn, outcome)
-        reply = self._then(reply, lambda: self._compactor.after_answer(turn, outcome))
+        if self._compactor.has_turn_end_hooks:
+            reply = self._then(reply, lambda: self._compactor.after_answer(turn, outcome))
         return reply.with_headers(_compaction_headers(turn, outcome))
 
     def _then(self, reply: Reply, work: Callable[[], Coroutine[Any, Any, None]]) -> Reply:

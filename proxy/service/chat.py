@@ -174,7 +174,8 @@ class ChatForwarder:
         if isinstance(reported, int):
             current = await self._memory.calibration(turn.model)
             factor = updated_calibration(current, estimated=estimate, reported=reported)
-            if factor is not None and factor != current:
+            # Small drifts are not worth a write on every response.
+            if factor is not None and (current is None or abs(factor - current) > 0.002):
                 await self._memory.set_calibration(turn.model, factor)
         pressure = turn.budget.pressure(outcome.tokens_after)
         await self._memory.record_usage(turn.tenant, turn.session, usage, pressure)

@@ -73,6 +73,10 @@ class Compactor:
             await self._perform(action, turn, outcome)
         return outcome
 
+    @property
+    def has_turn_end_hooks(self) -> bool:
+        return any(rule.on == "turn_end" for rule in self._rules)
+
     async def after_answer(self, turn: Turn, outcome: Outcome) -> None:
         """Run the hooks due at turn end; a compaction there prepares the next turn (its
         checkpoint is found by the next request, which extends this one)."""

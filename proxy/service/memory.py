@@ -9,7 +9,8 @@ the store answers again, not on every request.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from proxy.adapters.store import Store, StoreUnavailableError
@@ -17,6 +18,9 @@ from proxy.core.messages import Message
 from proxy.core.session import Checkpoint, CompactionRecord, SessionState
 
 logger = logging.getLogger("proxy.store")
+
+# How long a replica trusts its copy of a model's calibration and learned window.
+FACT_TTL_S = 5.0
 
 _T = TypeVar("_T")
 
@@ -27,6 +31,7 @@ class Memory:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._down = False
+        self._facts: dict[tuple[str, str], tuple[float, float | None]] = {}
 
     async def _try(self, call: Awaitable[_T], default: _T) -> _T:
         try:
@@ -83,14 +88,31 @@ class Memory:
     async def release(self, tenant: str, name: str, token: str) -> None:
         await self._try(self.store.release(tenant, name, token), False)
 
+    # Per-model facts change slowly and are read on every request: each replica keeps them
+    # for a few seconds instead of asking the store every time; its own writes apply at once.
+
     async def calibration(self, model: str | None) -> float | None:
-        return await self._try(self.store.calibration(model or ""), None)
+        return await self._fact("calibration", model, self.store.calibration)
 
     async def set_calibration(self, model: str | None, factor: float) -> None:
+        self._facts[("calibration", model or "")] = (time.monotonic(), factor)
         await self._try(self.store.set_calibration(model or "", factor), None)
 
     async def learned_window(self, model: str | None) -> int | None:
-        return await self._try(self.store.learned_window(model or ""), None)
+        value = await self._fact("window", model, self.store.learned_window)
+        return int(value) if value is not None else None
 
     async def learn_window(self, model: str | None, window: int) -> None:
+        self._facts[("window", model or "")] = (time.monotonic(), float(window))
         await self._try(self.store.learn_window(model or "", window), None)
+
+    async def _fact(
+        self, kind: str, model: str | None, read: Callable[[str], Awaitable[float | int | None]]
+    ) -> float | None:
+        key = (kind, model or "")
+        cached = self._facts.get(key)
+        if cached is not None and time.monotonic() - cached[0] < FACT_TTL_S:
+            return cached[1]
+        value = await self._try(read(model or ""), None)
+        self._facts[key] = (time.monotonic(), None if value is None else float(value))
+        return self._facts[key][1]
