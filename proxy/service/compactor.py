@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from proxy.adapters.summarizer import Summarizer, SummaryFailedError, SummaryResult
@@ -26,6 +27,8 @@ from proxy.service.turns import Turn
 
 logger = logging.getLogger("proxy.compaction")
 
+# Sessions whose hook cooldowns are remembered (per process).
+MAX_HOOK_SESSIONS = 10_000
 # How long a request waits for another replica's summary of the same prefix.
 LOCK_WAIT_S = 10.0
 _POLL_S = 0.1
@@ -62,7 +65,9 @@ class Compactor:
         self._summarizer = summarizer
         self._rules = rules
         self._lock_ttl_s = summary_timeout_s * 2 + 30
-        self._fired: dict[tuple[str, str | None], dict[int, float]] = {}
+        # When each hook last fired, per session; bounded, least recently used dropped first
+        # (a forgotten session only loses its hooks' cooldowns).
+        self._fired: OrderedDict[tuple[str, str | None], dict[int, float]] = OrderedDict()
 
     async def before_forward(self, turn: Turn) -> Outcome:
         """Run the hooks due at turn start and return what to forward."""
@@ -101,7 +106,10 @@ class Compactor:
             tool_calls=sum(len(tool_calls(m)) for m in outcome.messages),
         )
         now = time.monotonic()
-        fired = self._fired.setdefault((turn.tenant, turn.session), {})
+        fired = self._fired.pop((turn.tenant, turn.session), {})
+        self._fired[(turn.tenant, turn.session)] = fired
+        if len(self._fired) > MAX_HOOK_SESSIONS:
+            self._fired.popitem(last=False)
         due = hooks.due_actions(rules, event, facts, now=now, last_fired=fired)
         for index, _ in due:
             fired[index] = now
