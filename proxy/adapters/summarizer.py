@@ -23,9 +23,6 @@ from proxy.core.plan import NeedsSummary
 from proxy.core.summary import completion_text, split_span
 from proxy.errors import UpstreamError
 
-# Room left in the summarizer's window for its instructions and the previous summary.
-_PROMPT_ALLOWANCE = 2_000
-
 
 class SummaryFailedError(Exception):
     """The summarizer gave no usable summary; the message says why."""
@@ -68,7 +65,7 @@ class Summarizer:
         `credentials` are the client's auth headers, used unless the brain has its own key;
         `window` is the summarizer model's window when the brain does not configure one.
         """
-        limit = max((self._window or window) - _PROMPT_ALLOWANCE, 1)
+        limit = _part_limit(need, count, self._window or window)
         parts = split_span(need.span, max_tokens=limit, count=count)
         summary, model, tokens = need.previous, None, 0
         for part in parts:
@@ -103,6 +100,23 @@ class Summarizer:
         if response.status != 200:
             raise SummaryFailedError(f"the summarizer answered {response.status}: {raw[:200]!r}")
         return _parse(raw)
+
+
+def _part_limit(need: NeedsSummary, count: Callable[[Message], int], window: int) -> int:
+    """The most span tokens one summary request can carry in `window`.
+
+    Each request holds the instructions, the summary so far (the previous one for the first
+    part, the summary of the parts before it for later ones, which can grow to a reply's
+    length) and room for the reply; the rest is the transcript's. A tenth is kept back
+    because the transcript renders messages in a few more words than they count. The floor
+    keeps a tiny window from cutting the span into one-message parts: such a request may
+    overflow, and an overflow falls back to truncation like any failed summary.
+    """
+    empty = need.request_for([], need.previous)
+    fixed = sum(count(message) for message in empty["messages"])
+    reply = int(empty.get("max_tokens") or 0)
+    room = window - fixed - 2 * reply
+    return max(room * 9 // 10, window // 8, 1)
 
 
 def _parse(raw: bytes) -> tuple[str, str | None, int]:

@@ -116,7 +116,12 @@ class NeedsSummary:
     def complete(self, summary: str) -> Compacted:
         """The conversation with the span replaced by `summary` (plus what it lost)."""
         eviction = self._eviction
-        checked = with_missing_facts(summary, extract_facts(self.span))
+        # The earlier summary's facts count too: a rolling summary that drops one loses it
+        # for good, since the turns it came from are gone.
+        sources = list(self.span)
+        if self.previous:
+            sources.insert(0, {"role": "user", "content": self.previous})
+        checked = with_missing_facts(summary, extract_facts(sources))
         tools = offered_tools(eviction.work.situation.body)
         note = summary_text(checked, condensed=len(self.span), tools=tools)
         return eviction.apply(note, "summarize")

@@ -210,6 +210,19 @@ def test_rolling_summary_folds_the_previous_one() -> None:
     assert "- second summary" in notes[0]
 
 
+def test_rolling_summary_keeps_the_facts_of_the_previous_one() -> None:
+    # The turns the first summary came from are gone by the second: a fact the second
+    # summarizer drops must come back from the first summary, or it is lost for good.
+    first = run(plan_compaction(situation(chat(10)), COUNTER), "- keep /srv/data/42.db")
+    grown = [*first.messages, *chat(10)[2:]]
+    plan = plan_compaction(situation(grown), COUNTER)
+    assert isinstance(plan, NeedsSummary)
+    assert all("/srv/data/42.db" not in str(m.get("content")) for m in plan.span)
+    second = plan.complete("- a vague second summary")
+    note = next(m["content"] for m in second.messages if note_of(m))
+    assert "/srv/data/42.db" in note
+
+
 def test_note_merged_into_first_user_is_not_piled_up() -> None:
     # In an agent's chain the message after the span is the assistant's: no role fits
     # between it and the task, so the note is merged into the task; the next compaction must
