@@ -1,0 +1,1 @@
+"""The benchmark cases: overhead (with LiteLLM), the mock check, the agent sessions."""

@@ -1,0 +1,97 @@
+"""How big a run is: the presets of `python -m bench.suite --size NAME`.
+
+Request counts are per target and per case, split evenly over the rounds. LiteLLM's proxy
+is one to two orders of magnitude slower, so it gets a share of the throughput cases'
+requests (enough for stable percentiles, not so many that it dominates the run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    name: str
+    rounds: int
+    """Rounds of the cases at higher concurrency (each block long enough for a rate)."""
+    block: int
+    """Requests per target in one round of the cases at concurrency 1: short blocks, many
+    rounds, so that the machine's drifts fall on every target alike."""
+    latency_requests: int
+    """Concurrency 1, non-streaming, 10k-token history."""
+    throughput_requests: int
+    """Each higher concurrency."""
+    concurrencies: tuple[int, ...]
+    stream_requests: int
+    history_requests: int
+    history_sizes: tuple[int, ...]
+    compaction_fresh: int
+    compaction_cached: int
+    litellm_share: float
+    """LiteLLM's requests as a share of the others' in the cases at concurrency 1."""
+    litellm_throughput_share: float
+    """...and in the cases at higher concurrency."""
+    session_calls: int
+    """Model calls of each scripted agent session."""
+    profile_seconds: float
+    """py-spy's recording of the proxy for each missed overhead target (0: none)."""
+    mock_check_requests: int
+
+
+SIZES = {
+    "default": Size(
+        name="default",
+        rounds=3,
+        block=100,
+        latency_requests=1500,
+        throughput_requests=4500,
+        concurrencies=(1, 32, 256),
+        stream_requests=900,
+        history_requests=450,
+        history_sizes=(1_000, 10_000, 100_000),
+        compaction_fresh=90,
+        compaction_cached=450,
+        litellm_share=0.34,
+        litellm_throughput_share=0.15,
+        session_calls=120,
+        profile_seconds=8.0,
+        mock_check_requests=1500,
+    ),
+    "quick": Size(
+        name="quick",
+        rounds=2,
+        block=50,
+        latency_requests=300,
+        throughput_requests=1000,
+        concurrencies=(1, 32, 256),
+        stream_requests=200,
+        history_requests=100,
+        history_sizes=(1_000, 10_000, 100_000),
+        compaction_fresh=20,
+        compaction_cached=100,
+        litellm_share=0.5,
+        litellm_throughput_share=0.3,
+        session_calls=45,
+        profile_seconds=3.0,
+        mock_check_requests=300,
+    ),
+    "smoke": Size(
+        name="smoke",
+        rounds=1,
+        block=20,
+        latency_requests=20,
+        throughput_requests=64,
+        concurrencies=(1, 32),
+        stream_requests=10,
+        history_requests=6,
+        history_sizes=(1_000, 10_000),
+        compaction_fresh=3,
+        compaction_cached=6,
+        litellm_share=1.0,
+        litellm_throughput_share=1.0,
+        session_calls=12,
+        profile_seconds=0.0,
+        mock_check_requests=20,
+    ),
+}

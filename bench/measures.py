@@ -1,0 +1,175 @@
+"""What the cases measured: per target, accumulated over rounds; and the derived numbers."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.load import Block
+
+DIRECT, PROXY, LITELLM = "direct", "proxy", "litellm"
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The `q` quantile (nearest rank) of `samples`; NaN when there are none."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples) if samples else float("nan")
+
+
+@dataclass(slots=True)
+class Measure:
+    """One target in one case, over all its rounds."""
+
+    target: str
+    latencies_ms: list[float] = field(default_factory=list)
+    ttfb_ms: list[float] = field(default_factory=list)
+    stream_ms: list[float] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    requests: int = 0
+    wall_s: float = 0.0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    cpu_s: float = 0.0
+    peak_rss_mib: float | None = None
+    compaction: Counter[str] = field(default_factory=Counter)
+    tokens: list[tuple[int, int]] = field(default_factory=list)
+
+    def add(self, block: Block, cpu_s: float, requests: int) -> None:
+        self.latencies_ms += block.latencies_ms
+        self.ttfb_ms += block.ttfb_ms
+        self.stream_ms += block.stream_ms
+        self.events += block.events
+        self.requests += requests
+        self.wall_s += block.wall_s
+        self.errors += block.errors
+        self.error_samples += block.error_samples[: 3 - len(self.error_samples)]
+        self.cpu_s += cpu_s
+        self.compaction.update(block.compaction)
+        self.tokens += block.tokens
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.latencies_ms, 0.5)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.latencies_ms, 0.99)
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.wall_s if self.wall_s else float("nan")
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return self.cpu_s / self.requests * 1000 if self.requests else float("nan")
+
+    @property
+    def ttfb_p50(self) -> float:
+        return percentile(self.ttfb_ms, 0.5)
+
+    @property
+    def ttfb_p99(self) -> float:
+        return percentile(self.ttfb_ms, 0.99)
+
+    @property
+    def stream_p50(self) -> float:
+        return percentile(self.stream_ms, 0.5)
+
+    @property
+    def events_per_stream(self) -> float:
+        return median([float(n) for n in self.events])
+
+
+@dataclass(slots=True)
+class CaseResult:
+    """One overhead case: every target's measure, and what the case was."""
+
+    key: str
+    title: str
+    concurrency: int
+    stream: bool
+    history_tokens: int
+    measures: dict[str, Measure] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def is_concurrency(self) -> bool:
+        """One of the non-streaming cases at a fixed concurrency (`c1`, `c32`, ...)."""
+        return self.key[:1] == "c" and self.key[1:].isdigit()
+
+    def added(self, target: str, q: float) -> float:
+        """Latency `target` adds over direct at quantile `q` (difference of quantiles)."""
+        return self._added(target, lambda m: percentile(m.latencies_ms, q))
+
+    def added_ttfb(self, target: str, q: float = 0.5) -> float:
+        return self._added(target, lambda m: percentile(m.ttfb_ms, q))
+
+    def added_per_chunk(self, target: str) -> float:
+        """Added time from the first body bytes to the last, per SSE event (median)."""
+        direct, other = self.measures.get(DIRECT), self.measures.get(target)
+        if direct is None or other is None or not other.events:
+            return float("nan")
+        return (other.stream_p50 - direct.stream_p50) / max(direct.events_per_stream, 1.0)
+
+    def _added(self, target: str, quantile: Callable[[Measure], float]) -> float:
+        direct, other = self.measures.get(DIRECT), self.measures.get(target)
+        if direct is None or other is None:
+            return float("nan")
+        return quantile(other) - quantile(direct)
+
+
+@dataclass(slots=True)
+class SessionResult:
+    """One scripted agent session, through the proxy or straight to the mock."""
+
+    label: str
+    via_proxy: bool
+    stream: bool
+    model_calls: int = 0
+    client_errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    sent_tokens: list[int] = field(default_factory=list)
+    """What the client sent, per request (its whole history)."""
+    forwarded_tokens: list[int] = field(default_factory=list)
+    """What the mock received per chat request (summaries apart)."""
+    cached_tokens: list[int] = field(default_factory=list)
+    summary_calls: int = 0
+    summary_prompt_tokens: int = 0
+    summary_completion_tokens: int = 0
+    facts_planted: list[str] = field(default_factory=list)
+    facts_kept: list[str] = field(default_factory=list)
+    facts_lost: list[str] = field(default_factory=list)
+    overflows: int = 0
+    strict_rejections: int = 0
+    prefix_stable_share: float = float("nan")
+    compactions: Counter[str] = field(default_factory=Counter)
+    wall_s: float = 0.0
+
+    @property
+    def forwarded_share(self) -> float:
+        sent = sum(self.sent_tokens)
+        return sum(self.forwarded_tokens) / sent if sent else float("nan")
+
+    @property
+    def forwarded_with_summaries_share(self) -> float:
+        sent = sum(self.sent_tokens)
+        extra = self.summary_prompt_tokens + self.summary_completion_tokens
+        return (sum(self.forwarded_tokens) + extra) / sent if sent else float("nan")
+
+    @property
+    def cache_share(self) -> float:
+        prompt = sum(self.forwarded_tokens)
+        return sum(self.cached_tokens) / prompt if prompt else float("nan")
+
+    @property
+    def facts_share(self) -> float:
+        planted = len(self.facts_planted)
+        return len(self.facts_kept) / planted if planted else float("nan")

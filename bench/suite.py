@@ -1,0 +1,206 @@
+"""The benchmark suite: the proxy's overhead and effectiveness, measured, with LiteLLM's proxy
+on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
+
+    python -m bench.suite [--size default|quick|smoke] [--no-litellm] [--no-profile]
+                          [--upstream-latency-ms 0] [--chunks 64] [--out bench/results]
+
+1. Overhead: a fast mock upstream (`bench/mock_server.py`), `compaction-proxy serve` and
+   LiteLLM's proxy in front of it, each its own process; the same requests sent directly and
+   through each proxy, interleaved in rounds (`bench/cases/overhead.py`).
+2. Effectiveness: a long scripted agent session through the proxy against a mock with a small
+   window, and straight to the mock (`bench/cases/session.py`).
+3. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
+   the proxy for each missed overhead target, in `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import uvloop
+
+from bench import charts
+from bench.cases import overhead
+from bench.cases.mock_check import check_mocks
+from bench.cases.session import PLANS, run_session
+from bench.config import SIZES, Size
+from bench.conversation import FixedPool, agent_history
+from bench.profiling import profile_case, py_spy
+from bench.progress import Progress
+from bench.report import Run, render
+from bench.stack import Stack, running_stack
+from bench.targets import overhead_verdicts, session_verdicts
+from proxy.adapters.tokenizer import Encoders, load_encoders
+from proxy.core.tokens import O200K_BASE, ApproximateEncoder, TokenCounter
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+_PACKAGES = ("compaction-proxy", "uvicorn", "fastapi", "starlette", "aiohttp", "uvloop", "orjson")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict[str, str]:
+    versions = []
+    for name in _PACKAGES:
+        try:
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()} cores, {_cpu_model()}, Linux {platform.release()}",
+        "Python": platform.python_version(),
+        "packages": ", ".join(versions),
+        "load average at start": load,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="default")
+    parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
+    parser.add_argument("--no-profile", action="store_true", help="no py-spy profiles")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the overhead cases")
+    parser.add_argument("--no-sessions", action="store_true", help="skip the agent sessions")
+    parser.add_argument("--upstream-latency-ms", type=float, default=0.0)
+    parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    return parser
+
+
+async def _overhead(
+    run: Run, stack: Stack, specs: list[overhead.CaseSpec], progress: Progress
+) -> None:
+    for spec in specs:
+        progress.step(f"overhead: {spec.key}")
+        run.cases.append(await overhead.run_case(spec, stack, progress=progress))
+    run.verdicts += overhead_verdicts({case.key: case for case in run.cases})
+
+
+async def _profiles(
+    run: Run, stack: Stack, specs: list[overhead.CaseSpec], seconds: float, out: Path
+) -> None:
+    by_key = {spec.key: spec for spec in specs}
+    missed = {v.case for v in run.verdicts if v.status == "missed" and v.case in by_key}
+    for key in sorted(k for k in missed if k is not None):
+        try:
+            run.profiles.append(await profile_case(by_key[key], stack, seconds=seconds, out=out))
+        except RuntimeError as exc:
+            run.problems.append(f"no profile of `{key}`: {exc}")
+
+
+async def _sessions(
+    run: Run, size: Size, encoders: Encoders, out: Path, progress: Progress
+) -> None:
+    for plan in PLANS:
+        progress.step(f"session: {plan.label}")
+        result = await run_session(
+            plan, calls=size.session_calls, encoders=encoders, work=out, progress=progress
+        )
+        run.sessions.append(result)
+    direct = next(s for s in run.sessions if not s.via_proxy)
+    run.verdicts += session_verdicts(direct, [s for s in run.sessions if s.via_proxy])
+
+
+async def _overhead_part(
+    args: argparse.Namespace, run: Run, counter: TokenCounter, progress: Progress
+) -> None:
+    """The mock check, the overhead cases and the profiles, with the servers running."""
+    size: Size = SIZES[args.size]
+    out: Path = args.out
+    specs = overhead.specs(size, counter)
+    targets = ["direct", "proxy", *([] if args.no_litellm else ["litellm"])]
+    progress.add_total(sum(overhead.planned_requests(spec, targets) for spec in specs))
+    progress.step("starting the mock, the proxy and LiteLLM's proxy")
+    with running_stack(
+        out,
+        latency_ms=args.upstream_latency_ms,
+        chunks=args.chunks,
+        with_litellm=not args.no_litellm,
+    ) as stack:
+        run.litellm = (
+            f"litellm[proxy] {stack.litellm_version} (bench/.venv-litellm)"
+            if stack.litellm is not None
+            else f"not measured: {stack.litellm_problem}"
+        )
+        progress.step("mock check")
+        history = agent_history(counter, overhead.BASE_HISTORY)
+        pool = FixedPool(history, model=overhead.MODEL, stream=False, variants=64)
+        run.mock_check = await check_mocks(
+            stack.mock.base_url, pool, requests=size.mock_check_requests, work=out,
+            progress=progress,
+        )  # fmt: skip
+        await _overhead(run, stack, specs, progress)
+        if size.profile_seconds and not args.no_profile and py_spy() is not None:
+            progress.step("profiling the missed targets")
+            await _profiles(run, stack, specs, size.profile_seconds, out)
+
+
+async def _run(args: argparse.Namespace, run: Run) -> None:
+    size: Size = SIZES[args.size]
+    encoders = load_encoders(names=(O200K_BASE,))
+    if O200K_BASE not in encoders.by_name:
+        run.problems.append(
+            "o200k_base did not load (set TIKTOKEN_CACHE_DIR): token counts are approximate"
+        )
+    counter = TokenCounter(encoders.by_name.get(O200K_BASE, ApproximateEncoder()))
+    progress = Progress(4 * size.mock_check_requests * (not args.no_overhead))
+    if not args.no_sessions:
+        progress.add_total(len(PLANS) * size.session_calls)
+    if not args.no_overhead:
+        await _overhead_part(args, run, counter, progress)
+    if not args.no_sessions:
+        await _sessions(run, size, encoders, args.out, progress)
+    progress.close()
+
+
+def _settings(args: argparse.Namespace) -> dict[str, str]:
+    size: Size = SIZES[args.size]
+    return {
+        "size": (
+            f"{size.name} (rounds of {size.block} requests per path at concurrency 1, "
+            f"{size.rounds} rounds at higher concurrency)"
+        ),
+        "upstream latency": f"{args.upstream_latency_ms:g} ms",
+        "stream": f"{args.chunks} content chunks, sent back to back",
+        "command": "python -m bench.suite " + " ".join(sys.argv[1:]),
+    }
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    run = Run(machine(), _settings(args))
+    start = time.monotonic()
+    uvloop.run(_run(args, run))
+    run.settings["duration"] = f"{time.monotonic() - start:.0f} s"
+    try:
+        run.charts = charts.draw(run, args.out)
+    except ImportError as exc:
+        run.problems.append(f"no charts: {exc} (make bench installs the `bench` extra)")
+    report = args.out / "report.md"
+    report.write_text(render(run))
+    for verdict in run.verdicts:
+        print(f"{verdict.status:>12}  {verdict.name}: {verdict.measured}")
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
