@@ -42,6 +42,7 @@ forwarding instead of failing the request.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -134,10 +135,18 @@ class Store(Protocol):
         their own when no session archives them any more.
         """
 
-    async def archive(self, tenant: str, session_id: str, messages: Sequence[Message]) -> None:
+    async def archive(
+        self,
+        tenant: str,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        hashes: Sequence[str] | None = None,
+    ) -> None:
         """Record `messages` as the session's original history (the whole list, in order).
 
-        Each message is stored once per tenant under its content hash. The session keeps
+        Each message is stored once per tenant under its content hash (`hashes`, when the
+        caller has them already: `content_hash` of each message). The session keeps
         the list of hashes: what the previous list shares with the new one stays, the
         rest is replaced by the new list's remainder, so a growing history only appends
         and an edit or rewind records the new sequence. An empty list records nothing.
@@ -217,6 +226,21 @@ class _Expiring(Generic[_K, _V]):
         if value is not None:
             self.put(key, value)
 
+    def refresh(self, keys: Sequence[_K]) -> None:
+        """`touch` each of `keys` that is live, reading the clock once."""
+        now = self._clock()
+        expires = now + self._ttl_s
+        entries = self._entries
+        for key in keys:
+            entry = entries.get(key)
+            if entry is None:
+                continue
+            if entry[0] <= now:
+                del entries[key]
+                continue
+            entries[key] = (expires, entry[1])
+            entries.move_to_end(key)
+
     def pop(self, key: _K) -> _V | None:
         value = self.get(key)
         self._entries.pop(key, None)
@@ -235,6 +259,23 @@ class _Expiring(Generic[_K, _V]):
             del self._entries[key]
 
 
+def _content_hashes(messages: Sequence[Message], hashes: Sequence[str] | None) -> tuple[str, ...]:
+    if hashes is None:
+        return tuple(content_hash(message) for message in messages)
+    if len(hashes) != len(messages):
+        raise ValueError(f"{len(hashes)} hashes for {len(messages)} messages")
+    return tuple(hashes)
+
+
+def _common_prefix(old: Sequence[str], new: Sequence[str]) -> int:
+    common = 0
+    for a, b in zip(old, new, strict=False):
+        if a != b:
+            break
+        common += 1
+    return common
+
+
 _Key = tuple[str, str]
 """(tenant, name) in the embedded store's tables."""
 
@@ -244,6 +285,8 @@ class _Session:
     state: SessionState | None = None
     """None until a turn, a compaction or usage is recorded (only archived so far)."""
     seq: tuple[str, ...] = ()
+    refreshed: float = -math.inf
+    """When the expiry of the archived messages was last moved (the store's clock)."""
 
 
 class MemoryStore:
@@ -270,6 +313,11 @@ class MemoryStore:
         self._locks = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=10_000)
         self._calibrations = _Expiring[str, float](clock, ttl_s=ttl, max_entries=1_000)
         self._windows = _Expiring[str, int](clock, ttl_s=ttl, max_entries=1_000)
+        self._clock = clock
+        # How stale the archived messages' expiry may get before a request moves it: a long
+        # history is then not walked on every request, and its messages outlive their
+        # session's last request by at least nine tenths of the TTL.
+        self._refresh_every_s = ttl / 10
 
     async def ping(self) -> None:
         return None
@@ -359,19 +407,33 @@ class MemoryStore:
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         return self._sessions.pop((tenant, session_id)) is not None
 
-    async def archive(self, tenant: str, session_id: str, messages: Sequence[Message]) -> None:
+    async def archive(
+        self,
+        tenant: str,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        hashes: Sequence[str] | None = None,
+    ) -> None:
         if not messages:
             return
         self._sweep()
-        hashes = tuple(content_hash(message) for message in messages)
-        for digest, message in zip(hashes, messages, strict=True):
+        seq = _content_hashes(messages, hashes)
+        key = (tenant, session_id)
+        session = self._sessions.get(key) or _Session()
+        known = _common_prefix(session.seq, seq)
+        now, refreshed = self._clock(), session.refreshed
+        # The bodies the sequence had already are stored: only their expiry moves, and not
+        # on every request.
+        if now - refreshed >= self._refresh_every_s:
+            self._messages.refresh([(tenant, digest) for digest in seq[:known]])
+            refreshed = now
+        for digest, message in zip(seq[known:], messages[known:], strict=True):
             if self._messages.get((tenant, digest)) is None:
                 self._messages.put((tenant, digest), json.dumps(message))
             else:
                 self._messages.touch((tenant, digest))
-        key = (tenant, session_id)
-        session = self._sessions.get(key) or _Session()
-        self._sessions.put(key, replace(session, seq=hashes))
+        self._sessions.put(key, replace(session, seq=seq, refreshed=refreshed))
 
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         session = self._sessions.get((tenant, session_id))
@@ -742,10 +804,17 @@ class RedisStore:
             await self._unindex([(tenant, session_id)])
         return bool(deleted)
 
-    async def archive(self, tenant: str, session_id: str, messages: Sequence[Message]) -> None:
+    async def archive(
+        self,
+        tenant: str,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        hashes: Sequence[str] | None = None,
+    ) -> None:
         if not messages:
             return
-        hashes = [content_hash(message) for message in messages]
+        hashes = _content_hashes(messages, hashes)
         state, history, seq = _session_keys(tenant, session_id)
         with _unavailable():
             known = await self._script(

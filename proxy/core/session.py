@@ -7,8 +7,9 @@ no longer extends the one it compacted (an edit, a rewind, a branch).
 
 - The *head* is the leading system/developer messages. They are forwarded as the request
   has them and take no part in hashing (they often carry a timestamp).
-- The *body* is everything after. Its chain hashes are `h_i = H(h_{i-1} || canonical(m_i))`,
-  so `h_k` names the exact first k body messages.
+- The *body* is everything after. Its chain hashes are `h_i = H(h_{i-1} || D(m_i))`, where
+  `D` is the message's digest (`proxy.core.digests`), so `h_k` names the exact first k body
+  messages.
 - A `Checkpoint` says: the body prefix `h_k` (k messages) is replaced by the frozen messages
   R. A request whose body has `h_k` among its own chain hashes is forwarded as
   `head + R + body[k:]`; the longest matching checkpoint wins; a changed prefix matches none.
@@ -21,35 +22,32 @@ no longer extends the one it compacted (an edit, a rewind, a branch).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from proxy.core import jsoncodec
+from proxy.core.digests import chain, digest
 from proxy.core.messages import Message, is_instruction
-
-_HASH_BYTES = 16
-
-
-def canonical(message: Message) -> bytes:
-    """The message as canonical JSON bytes: the same dict always gives the same bytes."""
-    return jsoncodec.canonical(message)
 
 
 def content_hash(message: Message) -> str:
     """A content address for one message (the archive stores messages under it)."""
-    return hashlib.blake2b(canonical(message), digest_size=_HASH_BYTES).hexdigest()
+    return digest(message).hex()
 
 
-def chain_hashes(body: Sequence[Message]) -> list[str]:
-    """`h_1 .. h_n` for the body: `h_k` names its first k messages, in order."""
+def chain_hashes(
+    body: Sequence[Message], digest_of: Callable[[Message], bytes] = digest
+) -> list[str]:
+    """`h_1 .. h_n` for the body: `h_k` names its first k messages, in order.
+
+    `digest_of` gives each message's digest (`Digests.of`, to share one request's digests
+    with the token counter and the archive); the chain hashes those, not the messages.
+    """
     hashes: list[str] = []
     previous = b""
     for message in body:
-        digest = hashlib.blake2b(previous, digest_size=_HASH_BYTES)
-        digest.update(canonical(message))
-        hashes.append(digest.hexdigest())
-        previous = digest.digest()
+        previous = chain(previous, digest_of(message))
+        hashes.append(previous.hex())
     return hashes
 
 

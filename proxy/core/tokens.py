@@ -26,7 +26,7 @@ cached under a hash of its canonical JSON, which is several times cheaper than e
 from __future__ import annotations
 
 import base64
-import hashlib
+import copy
 import json
 import math
 import re
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from proxy.core.jsoncodec import canonical
+from proxy.core.digests import Digests, digest
 from proxy.core.messages import is_instruction, role, text, tool_calls
 
 
@@ -193,6 +193,14 @@ class TokenCounter:
         self._cache_size = cache_size
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._roles: dict[str, int] = {}
+        self._digest: Callable[[object], bytes] = digest
+
+    def for_request(self, digests: Digests) -> TokenCounter:
+        """This counter (the same cache) taking message digests from `digests`: one request's
+        messages are then hashed once for counting, chain hashes and the archive alike."""
+        keyed = copy.copy(self)
+        keyed._digest = digests.of
+        return keyed
 
     def text(self, text: str) -> int:
         """Tokens of plain text (uncached)."""
@@ -200,7 +208,7 @@ class TokenCounter:
 
     def message(self, message: Mapping[str, Any]) -> int:
         """Tokens of one message, framing included; malformed messages count without raising."""
-        return self._cached(b"message", message, self._count_message)
+        return self._cached(b"m", message, self._count_message)
 
     def messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
         """Tokens of a message list: each message plus the reply priming."""
@@ -218,7 +226,7 @@ class TokenCounter:
         schemas = _schemas(body)
         if not schemas:
             return 0
-        return TOOLS_TOKENS + sum(self._cached(b"schema", s, self._count_schema) for s in schemas)
+        return TOOLS_TOKENS + sum(self._cached(b"s", s, self._count_schema) for s in schemas)
 
     def request(self, body: Mapping[str, Any]) -> int:
         """Tokens of a whole chat completion body: its messages and its schemas."""
@@ -240,7 +248,7 @@ class TokenCounter:
     def _cached(self, kind: bytes, value: Any, count: Callable[[Any], int]) -> int:
         # The key hashes the value's canonical JSON: equal messages share an entry however
         # their keys are ordered, and `kind` keeps a message and an equal schema apart.
-        key = hashlib.blake2b(_canonical(value), digest_size=16, person=kind).digest()
+        key = kind + self._digest(value)
         cache = self._cache
         tokens = cache.get(key)
         if tokens is not None:
@@ -411,12 +419,8 @@ def _function_of(tool: object) -> object:
 
 # Built once: `json.dumps` with options builds a new encoder per call, a fifth of the time
 # a cached count takes. Compact output is not ASCII-escaped, so a non-ASCII character costs
-# what it costs rather than six escape characters. Cache keys use `jsoncodec.canonical`.
+# what it costs rather than six escape characters. Cache keys use `proxy.core.digests`.
 _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _canonical(value: object) -> bytes:
-    return canonical(value)
 
 
 def _compact(value: object) -> str:

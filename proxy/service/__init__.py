@@ -85,14 +85,18 @@ class ProxyService:
         """Compact if needed, forward, and relay the answer (streams chunk by chunk)."""
         request = parse_chat_request(raw)
         turn = await self._turns.begin(incoming, request)
-        self._archive(turn)
         if (incoming.header("x-compaction") or "").lower() == "off":
-            return await self._untouched(incoming, request)
+            reply = await self._untouched(incoming, request)
+            return self._then(reply, lambda: self._archive(turn))
         outcome = await self._compactor.before_forward(turn)
         reply = await self._chat.forward(turn, outcome)
-        if self._compactor.has_turn_end_hooks:
-            reply = self._then(reply, lambda: self._compactor.after_answer(turn, outcome))
+        reply = self._then(reply, lambda: self._after(turn, outcome))
         return reply.with_headers(_compaction_headers(turn, outcome))
+
+    async def _after(self, turn: Turn, outcome: Outcome) -> None:
+        await self._archive(turn)
+        if self._compactor.has_turn_end_hooks:
+            await self._compactor.after_answer(turn, outcome)
 
     def _then(self, reply: Reply, work: Callable[[], Coroutine[Any, Any, None]]) -> Reply:
         """`reply`, with `work()` started in the background once its body has been sent."""
@@ -122,9 +126,12 @@ class ProxyService:
         )
         return streamed(response) if request.stream else await buffered(response)
 
-    def _archive(self, turn: Turn) -> None:
-        # Off the request path: the archive is for the operator, not for this answer.
-        self._spawn(self.memory.archive(turn.tenant, turn.session, turn.request.messages))
+    async def _archive(self, turn: Turn) -> None:
+        # After the answer has gone out: the archive is for the operator, not for this
+        # answer, and the embedded store's work would otherwise run while we wait for it.
+        messages = turn.request.messages
+        hashes = [turn.digests.of(message).hex() for message in messages]
+        await self.memory.archive(turn.tenant, turn.session, messages, hashes)
 
     async def passthrough(self, incoming: Incoming, body: AsyncIterable[bytes] | None) -> Reply:
         """Forward any other `/v1/*` request untouched, streaming both bodies."""

@@ -77,9 +77,15 @@ class Memory:
                 self.store.record_usage(tenant, session, usage=usage, pressure=pressure), None
             )
 
-    async def archive(self, tenant: str, session: str | None, messages: Sequence[Message]) -> None:
+    async def archive(
+        self,
+        tenant: str,
+        session: str | None,
+        messages: Sequence[Message],
+        hashes: Sequence[str] | None = None,
+    ) -> None:
         if session is not None:
-            await self._try(self.store.archive(tenant, session, messages), None)
+            await self._try(self.store.archive(tenant, session, messages, hashes=hashes), None)
 
     async def acquire(self, tenant: str, name: str, ttl_s: float) -> str | None:
         # Without the store there is no one to coordinate with: act as the only replica.

@@ -17,6 +17,7 @@ from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
 from proxy.core.budget import Budget, output_reserve
 from proxy.core.calibration import resolve_window
+from proxy.core.digests import Digests
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy, ModelPolicies
@@ -60,6 +61,8 @@ class Turn:
     state: SessionState
     checkpoint: Checkpoint | None
     credentials: Headers
+    digests: Digests
+    """Each message's digest, computed once for counting, chain hashes and the archive."""
 
     @property
     def model(self) -> str | None:
@@ -98,7 +101,8 @@ class Turns:
 
     async def begin(self, incoming: Incoming, request: ChatRequest) -> Turn:
         head, body = split_head(request.messages)
-        hashes = chain_hashes(body)
+        digests = Digests()
+        hashes = chain_hashes(body, digests.of)
         credentials = _credentials(incoming)
         tenant = tenant_of(self._api_key or _credential_value(credentials))
         session = session_id_of(incoming.header("x-session-id"), hashes)
@@ -119,10 +123,11 @@ class Turns:
             hashes=hashes,
             policy=policy,
             budget=Budget(window, reserve, calibration),
-            counter=self.counter(model),
+            counter=self.counter(model).for_request(digests),
             state=state,
             checkpoint=checkpoint,
             credentials=credentials,
+            digests=digests,
         )
 
     def counter(self, model: str | None) -> TokenCounter:

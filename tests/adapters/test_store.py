@@ -371,6 +371,24 @@ async def test_memory_archive_expires_unless_archived_again() -> None:
     assert await store.archived(A, "s") == []
 
 
+async def test_memory_archive_moves_expiry_at_most_every_tenth_of_the_ttl() -> None:
+    # A long history is not walked on every request; its messages still outlive the last
+    # request by nine tenths of the TTL at least.
+    clock = Clock()
+    store = MemoryStore(session_ttl_s=100, clock=clock)
+    body = conversation(6)
+    start = clock.now
+    await store.archive(A, "s", body[:2])
+    clock.now = start + 95
+    await store.archive(A, "s", body[:4])  # all four expire at 195
+    clock.now = start + 100
+    await store.archive(A, "s", body)  # too soon to move that; the new two expire at 200
+    clock.now = start + 190
+    assert await store.archived(A, "s") == body
+    clock.now = start + 196
+    assert await store.archived(A, "s") == body[4:]
+
+
 async def test_memory_found_checkpoint_is_refreshed() -> None:
     clock = Clock()
     store = MemoryStore(session_ttl_s=100, clock=clock)
@@ -590,6 +608,18 @@ async def test_archive_rewind_or_edit_records_the_new_sequence(backend: Backend)
     assert await store.archived(A, "s") == replaced
     await store.archive(A, "s", [])  # records nothing
     assert await store.archived(A, "s") == replaced
+
+
+async def test_archive_takes_the_callers_content_hashes(backend: Backend) -> None:
+    body = conversation(4)
+    hashes = [content_hash(message) for message in body]
+    await backend.store.archive(A, "s", body[:2], hashes=hashes[:2])
+    await backend.store.archive(A, "s", body, hashes=hashes)
+    assert await backend.store.archived(A, "s") == body
+    await backend.store.archive(A, "t", body)  # hashed by the store: the same addresses
+    assert await backend.messages_stored(A) == 4
+    with pytest.raises(ValueError, match="3 hashes for 4 messages"):
+        await backend.store.archive(A, "s", body, hashes=hashes[:3])
 
 
 async def test_archive_keeps_messages_as_sent(backend: Backend) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.digests import Digests
 from proxy.core.messages import Message
 from proxy.core.session import (
     Checkpoint,
     CompactionRecord,
     SessionState,
-    canonical,
     chain_hashes,
     content_hash,
     find_checkpoint,
@@ -30,11 +30,16 @@ def checkpoint(covered: int, messages: list[Message]) -> Checkpoint:
     return Checkpoint(chain_hashes(BODY)[covered - 1], covered, messages, 0.0, "truncate", 9, 3)
 
 
-def test_canonical_ignores_key_order() -> None:
-    assert canonical({"role": "user", "content": "x"}) == canonical(
+def test_content_hash_ignores_key_order() -> None:
+    assert content_hash({"role": "user", "content": "x"}) == content_hash(
         {"content": "x", "role": "user"}
     )
     assert content_hash(user("x")) != content_hash(user("y"))
+
+
+def test_chain_hashes_take_a_requests_digests() -> None:
+    digests = Digests()
+    assert chain_hashes(BODY, digests.of) == chain_hashes(BODY)
 
 
 def test_chain_hash_names_the_exact_prefix() -> None:
