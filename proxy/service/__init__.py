@@ -76,10 +76,14 @@ class ProxyService:
             rules=config.rules,
             summary_timeout_s=config.summary_timeout_s,
         )
-        self._chat = ChatForwarder(
-            upstream=upstream, memory=self.memory, compactor=self._compactor, api_key=api_key
-        )
         self._background: set[asyncio.Task[None]] = set()
+        self._chat = ChatForwarder(
+            upstream=upstream,
+            memory=self.memory,
+            compactor=self._compactor,
+            api_key=api_key,
+            spawn=self._spawn,
+        )
 
     async def chat_completion(self, incoming: Incoming, raw: bytes) -> Reply:
         """Compact if needed, forward, and relay the answer (streams chunk by chunk)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,12 +58,20 @@ class ChatForwarder:
     """Sends a turn's messages upstream and turns the answer into a `Reply`."""
 
     def __init__(
-        self, *, upstream: Upstream, memory: Memory, compactor: Compactor, api_key: str | None
+        self,
+        *,
+        upstream: Upstream,
+        memory: Memory,
+        compactor: Compactor,
+        api_key: str | None,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
         self._upstream = upstream
         self._memory = memory
         self._compactor = compactor
         self._api_key = api_key
+        # Usage is recorded in the background: the answer need not wait for the store.
+        self._spawn = spawn
 
     async def forward(self, turn: Turn, outcome: Outcome) -> Reply:
         """Forward, retrying once after a fixable overflow."""
@@ -146,7 +154,7 @@ class ChatForwarder:
                 raw = await sent.response.read()
             finally:
                 sent.response.close()
-            await self._record_usage(turn, outcome, sent.estimate, _usage_of(raw))
+            self._spawn(self._record_usage(turn, outcome, sent.estimate, _usage_of(raw)))
             return Reply(sent.response.status, headers, raw)
         relay = self._relay(turn, outcome, sent)
         return Reply(sent.response.status, headers, relay, sent.response.close)
@@ -163,7 +171,7 @@ class ChatForwarder:
         rest = tap.flush()
         if rest:
             yield rest
-        await self._record_usage(turn, outcome, sent.estimate, tap.usage)
+        self._spawn(self._record_usage(turn, outcome, sent.estimate, tap.usage))
 
     async def _record_usage(
         self, turn: Turn, outcome: Outcome, estimate: int, usage: dict[str, Any] | None

@@ -8,6 +8,7 @@ and the counter for its tokenizer. Lookups that need the network (the upstream's
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -108,8 +109,11 @@ class Turns:
         session = session_id_of(incoming.header("x-session-id"), hashes)
         model = request.model
         policy = self._policies.for_model(model)
-        checkpoint = await self._memory.find_checkpoint(tenant, hashes)
-        state = await self._memory.begin_turn(tenant, session, model, time.time())
+        # Side by side: with Redis, one round trip's wait instead of two.
+        checkpoint, state = await asyncio.gather(
+            self._memory.find_checkpoint(tenant, hashes),
+            self._memory.begin_turn(tenant, session, model, time.time()),
+        )
         window = await self.window(model, credentials)
         reserve = min(output_reserve(request.body, policy.output_reserved), window - 1)
         calibration = await self._memory.calibration(model) or 1.0
