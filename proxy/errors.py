@@ -61,6 +61,43 @@ class RequestTooLargeError(InvalidRequestError):
     default_code = "request_too_large"
 
 
+class AuthenticationError(ProxyError):
+    """The operator API was called without a usable credential."""
+
+    status_code = 401
+    error_type = "invalid_request_error"
+    default_code = "invalid_api_key"
+
+
+class PermissionDeniedError(ProxyError):
+    """The call needs the admin token."""
+
+    status_code = 403
+    error_type = "invalid_request_error"
+    default_code = "admin_token_required"
+
+
+class NotFoundError(InvalidRequestError):
+    """No such session for this caller (another tenant's is none of theirs)."""
+
+    status_code = 404
+    default_code = "not_found"
+
+
+class ConflictError(InvalidRequestError):
+    """The request is well formed but the session's state does not allow it."""
+
+    status_code = 409
+    default_code = "conflict"
+
+
+class StoreDownError(ProxyError):
+    """The session store does not answer; the operator API cannot read or change it."""
+
+    status_code = 503
+    default_code = "store_unavailable"
+
+
 class UpstreamError(ProxyError):
     """The upstream could not give an answer at all (as opposed to answering with an error)."""
 

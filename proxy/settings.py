@@ -288,6 +288,17 @@ class LogSettings(_Section):
     level: LogLevel = "info"
 
 
+class AdminSettings(_Section):
+    token: SecretStr | None = None
+    """Unlocks every tenant's sessions in the session API and the dashboard; unset, only
+    each caller's own sessions are visible (and the dashboard cannot load)."""
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+
 class Settings(_Section):
     upstream: UpstreamSettings = UpstreamSettings()
     redis: RedisSettings = RedisSettings()
@@ -296,6 +307,10 @@ class Settings(_Section):
     hooks: list[HookSettings] = []
     server: ServerSettings = ServerSettings()
     log: LogSettings = LogSettings()
+    admin: AdminSettings = AdminSettings()
+    chat_commands: bool = False
+    """Answer `/context`, `/compact` and `/context clear` (the whole last user message)
+    from the proxy itself, without calling the upstream."""
 
     def model_policies(self) -> ModelPolicies:
         """The `context` and `models` sections as the core's frozen value objects."""

@@ -17,9 +17,13 @@ Redis key schema (values are JSON unless noted; `{...}` is a Redis Cluster hash 
     cp:{t:<tenant>}:lock:<name>          a lock: its holder's random token (string)
     cp:{t:<tenant>}:sessions             sorted set: session id by last_seen
     cp:{s:<tenant>:<session>}:state      hash: turns, last_compaction_turn, model,
-                                         last_seen, last_pressure, last_usage (JSON)
+                                         last_seen, last_pressure, last_usage (JSON),
+                                         compactions, tokens_sent, tokens_forwarded,
+                                         last_context (JSON)
     cp:{s:<tenant>:<session>}:history    list: the last 100 CompactionRecords
     cp:{s:<tenant>:<session>}:seq        list: content hashes of the archived messages
+    cp:{s:<tenant>:<session>}:timeline   list: the last 200 TurnPoints
+    cp:{s:<tenant>:<session>}:request    the last request's body without its messages
     cp:sessions                          sorted set: ["<tenant>", "<session>"] by last_seen,
                                          for the admin's cross-tenant list (no expiry; its
                                          members older than the TTL are pruned on write)
@@ -62,6 +66,7 @@ from proxy.core.session import (
     Checkpoint,
     CompactionRecord,
     SessionState,
+    TurnPoint,
     content_hash,
     find_checkpoint,
 )
@@ -70,6 +75,8 @@ from proxy.settings import RedisSettings
 DEFAULT_SESSION_TTL_S = 30 * 24 * 3600.0
 HISTORY_LIMIT = 100
 """Compaction records kept per session: the most recent ones."""
+TIMELINE_LIMIT = 200
+"""Turn points kept per session: the most recent ones."""
 
 
 class StoreUnavailableError(Exception):
@@ -116,6 +123,25 @@ class Store(Protocol):
     ) -> None:
         """Remember the last response's `usage` and the pressure the request had."""
 
+    async def record_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        point: TurnPoint,
+        *,
+        context: Mapping[str, Any],
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append `point` to the timeline (the last `TIMELINE_LIMIT` kept), add its tokens to
+        the session's sums, and remember `context` (a `ContextReport`'s JSON) and, when
+        given, `request` (the body without its messages, for a manual compaction)."""
+
+    async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
+        """The session's turn points, oldest first."""
+
+    async def last_request(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        """The body (without messages) `record_turn` remembered last, if any."""
+
     async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
         """The session's state, or None when unknown or expired."""
 
@@ -129,7 +155,7 @@ class Store(Protocol):
         """
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
-        """Forget the session, its history and its archived sequence; False if unknown.
+        """Forget the session, its history, timeline and archived sequence; False if unknown.
 
         The archived message bodies are shared by the tenant's sessions; they expire on
         their own when no session archives them any more.
@@ -287,6 +313,8 @@ class _Session:
     seq: tuple[str, ...] = ()
     refreshed: float = -math.inf
     """When the expiry of the archived messages was last moved (the store's clock)."""
+    timeline: tuple[TurnPoint, ...] = ()
+    request: str | None = None
 
 
 class MemoryStore:
@@ -375,7 +403,12 @@ class MemoryStore:
     ) -> None:
         def change(state: SessionState) -> SessionState:
             history = (*state.history, record)[-HISTORY_LIMIT:]
-            return replace(state, history=history, last_compaction_turn=state.turns)
+            return replace(
+                state,
+                history=history,
+                last_compaction_turn=state.turns,
+                compactions=state.compactions + 1,
+            )
 
         self._update(tenant, session_id, change)
 
@@ -386,6 +419,44 @@ class MemoryStore:
         self._update(
             tenant, session_id, lambda s: replace(s, last_usage=copied, last_pressure=pressure)
         )
+
+    async def record_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        point: TurnPoint,
+        *,
+        context: Mapping[str, Any],
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        copied = json.loads(json.dumps(dict(context)))
+
+        def change(state: SessionState) -> SessionState:
+            return replace(
+                state,
+                tokens_sent=state.tokens_sent + point.tokens_before,
+                tokens_forwarded=state.tokens_forwarded + point.tokens_after,
+                last_pressure=point.pressure,
+                last_context=copied,
+            )
+
+        self._update(tenant, session_id, change)
+        key = (tenant, session_id)
+        session = self._sessions.get(key) or _Session()
+        timeline = (*session.timeline, point)[-TIMELINE_LIMIT:]
+        text = session.request if request is None else json.dumps(dict(request))
+        self._sessions.put(key, replace(session, timeline=timeline, request=text))
+
+    async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
+        session = self._sessions.get((tenant, session_id))
+        return list(session.timeline) if session else []
+
+    async def last_request(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        session = self._sessions.get((tenant, session_id))
+        if session is None or session.request is None:
+            return None
+        loaded: dict[str, Any] = json.loads(session.request)
+        return loaded
 
     async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
         session = self._sessions.get((tenant, session_id))
@@ -506,6 +577,7 @@ _RECORD_COMPACTION = (
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
 redis.call('HSET', KEYS[1], 'last_compaction_turn', redis.call('HGET', KEYS[1], 'turns') or '0')
+redis.call('HINCRBY', KEYS[1], 'compactions', 1)
 """
     + _REFRESH
 )
@@ -514,6 +586,20 @@ redis.call('HSET', KEYS[1], 'last_compaction_turn', redis.call('HGET', KEYS[1], 
 _RECORD_USAGE = (
     """
 redis.call('HSET', KEYS[1], 'last_usage', ARGV[2], 'last_pressure', ARGV[3])
+"""
+    + _REFRESH
+)
+
+# KEYS: state, history, seq, timeline, request. ARGV: ttl_ms, point JSON, timeline limit,
+# tokens before, tokens after, pressure, context JSON, request JSON (empty: keep the old one).
+_RECORD_TURN = (
+    """
+redis.call('RPUSH', KEYS[4], ARGV[2])
+redis.call('LTRIM', KEYS[4], -tonumber(ARGV[3]), -1)
+redis.call('HINCRBY', KEYS[1], 'tokens_sent', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'tokens_forwarded', ARGV[5])
+redis.call('HSET', KEYS[1], 'last_pressure', ARGV[6], 'last_context', ARGV[7])
+if ARGV[8] ~= '' then redis.call('SET', KEYS[5], ARGV[8]) end
 """
     + _REFRESH
 )
@@ -570,6 +656,7 @@ _SCRIPTS = (
     _BEGIN_TURN,
     _RECORD_COMPACTION,
     _RECORD_USAGE,
+    _RECORD_TURN,
     _READ_SESSION,
     _ARCHIVE_SEQUENCE,
     _ARCHIVE_BODIES,
@@ -594,9 +681,9 @@ def _tenant_key(tenant: str, kind: str, name: str = "") -> str:
 
 
 def _session_keys(tenant: str, session_id: str) -> list[str]:
-    """The session's state, history and seq keys (in that order)."""
+    """The session's state, history, seq, timeline and request keys (in that order)."""
     tag = f"cp:{{s:{tenant}:{session_id}}}"
-    return [f"{tag}:state", f"{tag}:history", f"{tag}:seq"]
+    return [f"{tag}:{name}" for name in ("state", "history", "seq", "timeline", "request")]
 
 
 def _model_key(model: str, fact: str) -> str:
@@ -613,7 +700,7 @@ def _optional(kind: Callable[[str], Any], value: str | None) -> Any:
 
 def _state(fields: Mapping[str, str], history: Sequence[str]) -> SessionState:
     """A SessionState from the state hash and the history list."""
-    usage = fields.get("last_usage")
+    usage, context = fields.get("last_usage"), fields.get("last_context")
     return SessionState(
         turns=int(fields.get("turns", 0)),
         last_compaction_turn=_optional(int, fields.get("last_compaction_turn")),
@@ -622,6 +709,10 @@ def _state(fields: Mapping[str, str], history: Sequence[str]) -> SessionState:
         last_pressure=_optional(float, fields.get("last_pressure")),
         last_usage=None if usage is None else json.loads(usage),
         history=tuple(CompactionRecord.from_json(json.loads(item)) for item in history),
+        compactions=int(fields.get("compactions", 0)),
+        tokens_sent=int(fields.get("tokens_sent", 0)),
+        tokens_forwarded=int(fields.get("tokens_forwarded", 0)),
+        last_context=None if context is None else json.loads(context),
     )
 
 
@@ -754,8 +845,45 @@ class RedisStore:
                 _RECORD_USAGE, keys, self._ttl_ms, json.dumps(dict(usage)), repr(pressure)
             )
 
+    async def record_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        point: TurnPoint,
+        *,
+        context: Mapping[str, Any],
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        keys = _session_keys(tenant, session_id)
+        args = (
+            json.dumps(point.to_json()),
+            TIMELINE_LIMIT,
+            point.tokens_before,
+            point.tokens_after,
+            repr(point.pressure),
+            json.dumps(dict(context)),
+            "" if request is None else json.dumps(dict(request)),
+        )
+        with _unavailable():
+            await self._script(_RECORD_TURN, keys, self._ttl_ms, *args)
+
+    async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
+        timeline_key = _session_keys(tenant, session_id)[3]
+        with _unavailable():
+            items = cast("list[str]", await self._client.lrange(timeline_key, 0, -1))
+        return [TurnPoint.from_json(json.loads(item)) for item in items]
+
+    async def last_request(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        request_key = _session_keys(tenant, session_id)[4]
+        with _unavailable():
+            text = await self._client.get(request_key)
+        if text is None:
+            return None
+        loaded: dict[str, Any] = json.loads(text)
+        return loaded
+
     async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
-        state, history, _seq = _session_keys(tenant, session_id)
+        state, history, *_rest = _session_keys(tenant, session_id)
         with _unavailable():
             fields, records = await self._script(_READ_SESSION, [state, history])
         return _state(_pairs(fields), records) if fields else None
@@ -784,7 +912,7 @@ class RedisStore:
         """The states of many sessions in one round trip (by node, in a cluster)."""
         pipe = self._client.pipeline(transaction=False)
         for tenant, session_id in names:
-            state, history, _seq = _session_keys(tenant, session_id)
+            state, history, *_rest = _session_keys(tenant, session_id)
             pipe.hgetall(state)
             pipe.lrange(history, 0, -1)
         replies = await pipe.execute()
@@ -815,7 +943,7 @@ class RedisStore:
         if not messages:
             return
         hashes = _content_hashes(messages, hashes)
-        state, history, seq = _session_keys(tenant, session_id)
+        state, history, seq, *_rest = _session_keys(tenant, session_id)
         with _unavailable():
             known = await self._script(
                 _ARCHIVE_SEQUENCE, [seq, state, history], self._ttl_ms, *hashes
@@ -827,7 +955,7 @@ class RedisStore:
             await self._script(_ARCHIVE_BODIES, keys, self._ttl_ms, known, *bodies)
 
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
-        _state_key, _history, seq = _session_keys(tenant, session_id)
+        _state_key, _history, seq, *_rest = _session_keys(tenant, session_id)
         with _unavailable():
             hashes = cast("list[str]", await self._client.lrange(seq, 0, -1))
             if not hashes:

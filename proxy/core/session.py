@@ -124,12 +124,63 @@ class SessionState:
     last_pressure: float | None = None
     last_usage: dict[str, Any] | None = None
     history: tuple[CompactionRecord, ...] = field(default_factory=tuple)
+    compactions: int = 0
+    """Compactions ever recorded (the history keeps only the latest)."""
+    tokens_sent: int = 0
+    """Prompt tokens of every request the client sent, summed (calibrated estimates)."""
+    tokens_forwarded: int = 0
+    """Prompt tokens of what was forwarded for them, summed."""
+    last_context: dict[str, Any] | None = None
+    """The `ContextReport` of the last forwarded request, as JSON."""
 
     @property
     def turns_since_compaction(self) -> int | None:
         if self.last_compaction_turn is None:
             return None
         return self.turns - self.last_compaction_turn
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_sent - self.tokens_forwarded
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPoint:
+    """One forwarded request of a session, for its timeline."""
+
+    turn: int
+    at: float
+    pressure: float
+    tokens_before: int
+    """What the client's request counts (calibrated)."""
+    tokens_after: int
+    """What was forwarded for it."""
+    action: str
+    """`none`, or the compaction strategy applied on this turn."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TurnPoint:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class ContextReport:
+    """Where the last forwarded request's tokens went, against the window that bounds it."""
+
+    window: int
+    output_reserved: int
+    pressure: float
+    trigger: float
+    target: float
+    calibration: float
+    tokens: int
+    breakdown: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def find_checkpoint(

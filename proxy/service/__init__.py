@@ -23,12 +23,16 @@ from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
 from proxy.core import hooks
-from proxy.core.headers import upstream_request_headers
+from proxy.core.commands import command_of
+from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.policy import ModelPolicies
 from proxy.core.request import ChatRequest, parse_chat_request
+from proxy.service import reports
 from proxy.service.chat import ChatForwarder
+from proxy.service.commands import ChatCommands
 from proxy.service.compactor import Compactor, Outcome
 from proxy.service.memory import Memory
+from proxy.service.operator import Operator
 from proxy.service.replies import Incoming, Reply, buffered, streamed
 from proxy.service.turns import Turn, Turns
 
@@ -45,6 +49,7 @@ class ServiceConfig:
     rules: tuple[hooks.Hook, ...] = ()
     upstream_api_key: str | None = None
     summary_timeout_s: float = 120.0
+    chat_commands: bool = False
 
 
 class ProxyService:
@@ -77,6 +82,13 @@ class ProxyService:
             summary_timeout_s=config.summary_timeout_s,
         )
         self._background: set[asyncio.Task[None]] = set()
+        self._shapes = reports.Shapes()
+        self.operator = Operator(store=store, turns=self._turns, compactor=self._compactor)
+        self._commands = (
+            ChatCommands(turns=self._turns, operator=self.operator)
+            if config.chat_commands
+            else None
+        )
         self._chat = ChatForwarder(
             upstream=upstream,
             memory=self.memory,
@@ -88,6 +100,10 @@ class ProxyService:
     async def chat_completion(self, incoming: Incoming, raw: bytes) -> Reply:
         """Compact if needed, forward, and relay the answer (streams chunk by chunk)."""
         request = parse_chat_request(raw)
+        if self._commands is not None:
+            command = command_of(request.messages)
+            if command is not None:
+                return await self._commands.answer(command, incoming, request)
         turn = await self._turns.begin(incoming, request)
         if (incoming.header("x-compaction") or "").lower() == "off":
             reply = await self._untouched(incoming, request)
@@ -99,6 +115,13 @@ class ProxyService:
 
     async def _after(self, turn: Turn, outcome: Outcome) -> None:
         await self._archive(turn)
+        await self.memory.record_turn(
+            turn.tenant,
+            turn.session,
+            reports.turn_point(turn, outcome),
+            reports.context_report(turn, outcome).to_json(),
+            self._shapes.changed(turn),
+        )
         if self._compactor.has_turn_end_hooks:
             await self._compactor.after_answer(turn, outcome)
 
@@ -137,6 +160,18 @@ class ProxyService:
         hashes = [turn.digests.of(message).hex() for message in messages]
         await self.memory.archive(turn.tenant, turn.session, messages, hashes)
 
+    def tenant_of(self, credentials: Headers) -> str:
+        """The tenant a caller with `credentials` acts as."""
+        return self._turns.tenant(credentials)
+
+    @property
+    def policies(self) -> ModelPolicies:
+        return self._turns.policies
+
+    def set_policies(self, policies: ModelPolicies) -> None:
+        """Apply new context policies from the next request on (this replica only)."""
+        self._turns.policies = policies
+
     async def passthrough(self, incoming: Incoming, body: AsyncIterable[bytes] | None) -> Reply:
         """Forward any other `/v1/*` request untouched, streaming both bodies."""
         response = await self._upstream.send(
@@ -163,10 +198,14 @@ class ProxyService:
             problems["store"] = str(exc)
         return problems
 
-    async def aclose(self) -> None:
-        """Let background work (archiving) finish."""
-        if self._background:
+    async def settle(self) -> None:
+        """Wait for the background work started so far (archive, usage, timeline)."""
+        while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Let background work finish."""
+        await self.settle()
 
 
 def _compaction_headers(turn: Turn, outcome: Outcome) -> list[tuple[str, str]]:

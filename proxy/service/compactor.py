@@ -71,12 +71,17 @@ class Compactor:
 
     async def before_forward(self, turn: Turn) -> Outcome:
         """Run the hooks due at turn start and return what to forward."""
-        messages = turn.view()
-        tokens = turn.tokens(messages)
-        outcome = Outcome(messages, tokens, tokens, turn.budget.pressure(tokens))
+        outcome = unchanged(turn)
         for action in self._due(turn, outcome):
             await self._perform(action, turn, outcome)
         return outcome
+
+    async def compact_now(self, turn: Turn, outcome: Outcome, strategy: str | None) -> None:
+        """The operator's `/compact`: everything but the pinned messages and the recent
+        window goes, however low the pressure (compacting to a target would leave a
+        conversation under it untouched)."""
+        action = hooks.CompactContext(strategy=strategy)
+        await self._compact(action, turn, outcome, trigger="manual", target=0.0)
 
     @property
     def has_turn_end_hooks(self) -> bool:
@@ -123,11 +128,20 @@ class Compactor:
         else:
             await self._compact(action, turn, outcome)
 
-    async def _compact(self, action: hooks.CompactContext, turn: Turn, outcome: Outcome) -> None:
+    async def _compact(
+        self,
+        action: hooks.CompactContext,
+        turn: Turn,
+        outcome: Outcome,
+        *,
+        trigger: str | None = None,
+        target: float | None = None,
+    ) -> None:
         changes = {
             "strategy": action.strategy,
             "keep_recent": action.keep_recent,
             "summary_max_tokens": action.summary_max_tokens,
+            "compaction_target": target,
         }
         policy = turn.policy.replace(**{k: v for k, v in changes.items() if v is not None})
         situation = Situation(
@@ -143,7 +157,7 @@ class Compactor:
         if isinstance(result, Checkpoint):
             _adopt(turn, result, outcome)
         elif result is not None:
-            trigger = "hook" if action.force else "pressure"
+            trigger = trigger or ("hook" if action.force else "pressure")
             await self.freeze(turn, result, trigger, outcome, summary)
 
     async def _resolve(
@@ -224,6 +238,13 @@ class Compactor:
             _adopt(turn, await self._memory.put_checkpoint(turn.tenant, made), outcome)
         outcome.tokens_after = turn.tokens(outcome.messages)
         outcome.strategy = result.strategy
+
+
+def unchanged(turn: Turn) -> Outcome:
+    """The turn's view as it stands, before any compaction of this turn."""
+    messages = turn.view()
+    tokens = turn.tokens(messages)
+    return Outcome(messages, tokens, tokens, turn.budget.pressure(tokens))
 
 
 def _adopt(turn: Turn, checkpoint: Checkpoint, outcome: Outcome) -> None:

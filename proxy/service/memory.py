@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from proxy.adapters.store import Store, StoreUnavailableError
 from proxy.core.messages import Message
-from proxy.core.session import Checkpoint, CompactionRecord, SessionState
+from proxy.core.session import Checkpoint, CompactionRecord, SessionState, TurnPoint
 
 logger = logging.getLogger("proxy.store")
 
@@ -63,6 +63,11 @@ class Memory:
             self.store.begin_turn(tenant, session, model=model, at=at), SessionState()
         )
 
+    async def session(self, tenant: str, session: str | None) -> SessionState | None:
+        if session is None:
+            return None
+        return await self._try(self.store.load_session(tenant, session), None)
+
     async def record_compaction(
         self, tenant: str, session: str | None, record: CompactionRecord
     ) -> None:
@@ -76,6 +81,18 @@ class Memory:
             await self._try(
                 self.store.record_usage(tenant, session, usage=usage, pressure=pressure), None
             )
+
+    async def record_turn(
+        self,
+        tenant: str,
+        session: str | None,
+        point: TurnPoint,
+        context: Mapping[str, Any],
+        request: Mapping[str, Any] | None,
+    ) -> None:
+        if session is not None:
+            call = self.store.record_turn(tenant, session, point, context=context, request=request)
+            await self._try(call, None)
 
     async def archive(
         self,

@@ -101,18 +101,43 @@ class Turns:
         self._reported: dict[str, int | None] = {}
 
     async def begin(self, incoming: Incoming, request: ChatRequest) -> Turn:
+        """The turn of a chat completion request (counted in its session)."""
+        tenant = self.tenant(credentials_of(incoming))
+        session = incoming.header("x-session-id")
+        return await self._build(incoming, request, tenant, session, count=True)
+
+    async def resume(
+        self, incoming: Incoming, request: ChatRequest, *, tenant: str, session: str | None
+    ) -> Turn:
+        """A turn over a stored session for an operator's action (counted as no turn):
+        `request` is rebuilt from the session's archive, or is the client's own without its
+        chat command. `session` None derives it from the messages."""
+        return await self._build(incoming, request, tenant, session, count=False)
+
+    def tenant(self, credentials: Headers) -> str:
+        """The tenant of a caller: the proxy's own key when it has one, else the caller's."""
+        return tenant_of(self._api_key or _credential_value(credentials))
+
+    async def _build(
+        self,
+        incoming: Incoming,
+        request: ChatRequest,
+        tenant: str,
+        session_header: str | None,
+        *,
+        count: bool,
+    ) -> Turn:
         head, body = split_head(request.messages)
         digests = Digests()
         hashes = chain_hashes(body, digests.of)
-        credentials = _credentials(incoming)
-        tenant = tenant_of(self._api_key or _credential_value(credentials))
-        session = session_id_of(incoming.header("x-session-id"), hashes)
+        credentials = credentials_of(incoming)
+        session = session_id_of(session_header, hashes)
         model = request.model
         policy = self._policies.for_model(model)
         # Side by side: with Redis, one round trip's wait instead of two.
         checkpoint, state = await asyncio.gather(
             self._memory.find_checkpoint(tenant, hashes),
-            self._memory.begin_turn(tenant, session, model, time.time()),
+            self._state(tenant, session, model, count=count),
         )
         window = await self.window(model, credentials)
         reserve = min(output_reserve(request.body, policy.output_reserved), window - 1)
@@ -133,6 +158,22 @@ class Turns:
             credentials=credentials,
             digests=digests,
         )
+
+    async def _state(
+        self, tenant: str, session: str | None, model: str | None, *, count: bool
+    ) -> SessionState:
+        if count:
+            return await self._memory.begin_turn(tenant, session, model, time.time())
+        return await self._memory.session(tenant, session) or SessionState()
+
+    @property
+    def policies(self) -> ModelPolicies:
+        return self._policies
+
+    @policies.setter
+    def policies(self, policies: ModelPolicies) -> None:
+        """New policies for every turn from now on (the operator's `PATCH /config`)."""
+        self._policies = policies
 
     def counter(self, model: str | None) -> TokenCounter:
         encoder = self._encoders.for_model(model)
@@ -197,7 +238,8 @@ def _first_int(entry: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _credentials(incoming: Incoming) -> Headers:
+def credentials_of(incoming: Incoming) -> Headers:
+    """The headers that authenticate the caller (passed on to the summary brain)."""
     return [(k, v) for k, v in incoming.headers if k.lower() in _CREDENTIAL_HEADERS]
 
 

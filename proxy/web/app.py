@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 
@@ -24,7 +25,7 @@ from proxy.adapters.upstream import Upstream
 from proxy.errors import ProxyError
 from proxy.service import ProxyService, ServiceConfig
 from proxy.settings import Settings
-from proxy.web import routes
+from proxy.web import admin, routes
 
 
 def create_app(
@@ -74,6 +75,8 @@ def create_app(
         )
         app.state.service = service
         app.state.max_body_bytes = settings.server.max_body_bytes
+        app.state.settings = settings
+        app.state.admin_token = _secret(settings.admin.token)
         try:
             yield
         finally:
@@ -82,17 +85,18 @@ def create_app(
             await brain_client.aclose()
             await sessions.aclose()
 
-    # No generated docs: /docs and /openapi.json would describe nothing of the proxied API.
+    # /docs documents the session API; the proxied OpenAI API is OpenAI's own, not ours.
     app = FastAPI(
         title="compaction-proxy",
         version=__version__,
+        description="The session API of compaction-proxy: what it did to each conversation.",
         lifespan=lifespan,
-        docs_url=None,
         redoc_url=None,
-        openapi_url=None,
     )
     app.add_exception_handler(ProxyError, routes.proxy_error)
     app.add_exception_handler(HTTPException, routes.http_error)
+    app.add_exception_handler(RequestValidationError, routes.validation_error)
+    app.include_router(admin.router)
     app.router.routes.extend(routes.ROUTES)
     return app
 
@@ -103,6 +107,7 @@ def _service_config(settings: Settings) -> ServiceConfig:
         rules=settings.hook_rules(),
         upstream_api_key=_secret(settings.upstream.api_key),
         summary_timeout_s=settings.context.summary_brain.timeout_s,
+        chat_commands=settings.chat_commands,
     )
 
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import cast
 
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -71,6 +72,15 @@ async def http_error(request: Request, exc: Exception) -> Response:
     error = cast(HTTPException, exc)
     body = InvalidRequestError(f"{request.method} {request.url.path}: {error.detail}").to_body()
     return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+
+
+async def validation_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422 for a bad parameter of the session API, as an OpenAI-shaped 400."""
+    errors = cast(RequestValidationError, exc).errors()
+    first = errors[0] if errors else {}
+    where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("query", "body"))
+    message = f"{where or 'request'}: {first.get('msg', 'invalid')}"
+    return JSONResponse(InvalidRequestError(message, param=where or None).to_body(), 400)
 
 
 def _service(request: Request) -> ProxyService:

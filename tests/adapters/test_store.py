@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from proxy.adapters.store import (
     HISTORY_LIMIT,
+    TIMELINE_LIMIT,
     MemoryStore,
     RedisStore,
     Store,
@@ -33,7 +34,13 @@ from proxy.adapters.store import (
     open_store,
 )
 from proxy.core.messages import Message
-from proxy.core.session import Checkpoint, CompactionRecord, chain_hashes, content_hash
+from proxy.core.session import (
+    Checkpoint,
+    CompactionRecord,
+    TurnPoint,
+    chain_hashes,
+    content_hash,
+)
 from proxy.settings import RedisMode, RedisSettings
 from tests.builders import assistant, user
 from tests.servers import free_port
@@ -239,6 +246,11 @@ def record(tokens_before: int) -> CompactionRecord:
     )
 
 
+def point(turn: int, before: int = 100, after: int = 100) -> TurnPoint:
+    action = "none" if before == after else "summarize"
+    return TurnPoint(turn, float(turn), 0.2, before, after, action)
+
+
 # -- opening ---------------------------------------------------------------------------------
 
 
@@ -296,6 +308,9 @@ CALLS: dict[str, Call] = {
     "begin_turn": lambda s: s.begin_turn(A, "s", model="m", at=1.0),
     "record_compaction": lambda s: s.record_compaction(A, "s", record(1)),
     "record_usage": lambda s: s.record_usage(A, "s", usage={}, pressure=0.1),
+    "record_turn": lambda s: s.record_turn(A, "s", point(1), context={}),
+    "timeline": lambda s: s.timeline(A, "s"),
+    "last_request": lambda s: s.last_request(A, "s"),
     "load_session": lambda s: s.load_session(A, "s"),
     "list_sessions": lambda s: s.list_sessions(None),
     "delete_session": lambda s: s.delete_session(A, "s"),
@@ -539,6 +554,30 @@ async def test_record_usage_round_trips(backend: Backend) -> None:
     assert (state.last_usage, state.last_pressure) == (usage, 0.625)
 
 
+async def test_record_turn_builds_the_timeline_and_the_sums(backend: Backend) -> None:
+    store = backend.store
+    await store.begin_turn(A, "s", model="m", at=1.0)
+    tools = {"model": "m", "tools": [{"type": "function", "function": {"name": "grep"}}]}
+    await store.record_turn(A, "s", point(1, 900, 900), context={"tokens": 900}, request=tools)
+    await store.record_compaction(A, "s", record(2))
+    await store.record_turn(A, "s", point(2, 1500, 600), context={"tokens": 600})
+    state = await store.load_session(A, "s")
+    assert state is not None
+    assert (state.tokens_sent, state.tokens_forwarded, state.tokens_saved) == (2400, 1500, 900)
+    assert (state.compactions, state.last_pressure, state.last_context) == (1, 0.2, {"tokens": 600})
+    assert await store.timeline(A, "s") == [point(1, 900, 900), point(2, 1500, 600)]
+    assert await store.last_request(A, "s") == tools  # kept when a turn gives none
+    assert await store.timeline(B, "s") == []
+    assert await store.last_request(B, "s") is None
+
+
+async def test_timeline_keeps_the_latest_points(backend: Backend) -> None:
+    for turn in range(TIMELINE_LIMIT + 5):
+        await backend.store.record_turn(A, "s", point(turn), context={})
+    timeline = await backend.store.timeline(A, "s")
+    assert [p.turn for p in timeline] == list(range(5, TIMELINE_LIMIT + 5))
+
+
 async def test_list_sessions_most_recent_first_and_paged(backend: Backend) -> None:
     store = backend.store
     for index, name in enumerate(["s0", "s1", "s2", "s3", "s4"]):
@@ -561,11 +600,14 @@ async def test_delete_session_forgets_state_history_and_archive(backend: Backend
     store = backend.store
     await store.begin_turn(A, "s", model="m", at=1.0)
     await store.record_compaction(A, "s", record(1))
+    await store.record_turn(A, "s", point(1), context={}, request={"model": "m"})
     await store.archive(A, "s", conversation(3))
     await store.begin_turn(A, "kept", model="m", at=2.0)
     assert await store.delete_session(A, "s") is True
     assert await store.load_session(A, "s") is None
     assert await store.archived(A, "s") == []
+    assert await store.timeline(A, "s") == []
+    assert await store.last_request(A, "s") is None
     assert [session for _, session, _ in await store.list_sessions(A)] == ["kept"]
     assert [row[1] for row in await store.list_sessions(None)] == ["kept"]
     assert await store.delete_session(A, "s") is False
