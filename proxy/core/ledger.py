@@ -85,6 +85,16 @@ _ID_PREFIX = "|".join(_ID_PREFIXES)
 # Standards that look like tickets but name encodings and algorithms, not work items.
 _NOT_TICKETS = "|".join(("UTF", "UCS", "SHA", "MD", "AES", "RSA"))
 _LABELS = "|".join(("line", "port", "pid", "exit code", "status code", "status", "http"))
+# The last label of a host name worth keeping: public suffixes agents meet most, and the
+# private ones of internal networks. Any dotted word would also catch `self.value`.
+_HOST_SUFFIXES = "|".join(
+    (
+        *("com", "net", "org", "io", "dev", "ai", "app", "cloud", "co", "us", "uk", "de"),
+        *("fr", "eu", "nl", "jp", "cn", "in", "info", "biz", "me", "sh", "tech", "site"),
+        *("internal", "local", "localdomain", "lan", "corp", "intra", "intranet", "home"),
+        *("svc", "test", "example", "invalid", "localhost", "arpa"),
+    )
+)
 _CURRENCY = "$€£¥"
 
 
@@ -109,6 +119,22 @@ _RULES = (
         "email",
         "email",
         re.compile(r"(?<![\w.%+-])[\w.%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])"),
+    ),
+    _Rule(
+        "ip address",
+        "identifier",
+        re.compile(
+            r"(?<![\w.:-])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)"
+            r"(?::\d{1,5})?(?![\w-]|\.\d)"
+        ),
+    ),
+    _Rule(
+        "host",
+        "identifier",
+        re.compile(
+            r"(?<![\w.@/\\-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
+            rf"(?i:{_HOST_SUFFIXES})(?::\d{{1,5}})?(?![\w-]|\.\w)"
+        ),
     ),
     _Rule(
         "windows path",
@@ -162,6 +188,16 @@ _RULES = (
         ),
     ),
     _Rule(
+        "version",
+        "identifier",
+        # `v4.19.2`, `v2.1`, `1.2.3-rc.1`: a `v` and dots, or three numbers (two are a
+        # decimal, `Python 3.11` included; four are an IP address, claimed above).
+        re.compile(
+            r"(?<![\w.-])(?:v\d+(?:\.\d+){1,3}|\d+\.\d+\.\d+)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?"
+            r"(?![\w-]|\.\d)"
+        ),
+    ),
+    _Rule(
         "ticket",
         "identifier",
         # LETTERS-DIGITS, upper case (ABC-123, JIRA-42, CVE-2024-3094): lower-case
@@ -199,7 +235,8 @@ _RULES = (
     _Rule(
         "labelled number",
         "quantity",
-        re.compile(rf"\b(?i:{_LABELS})\b[ \t]*:?[ \t]*\d+(?![\w.])"),
+        # A sentence may end right after the number; `port 3.5` is no port.
+        re.compile(rf"\b(?i:{_LABELS})\b[ \t]*:?[ \t]*\d+(?!\w|\.\d)"),
     ),
 )
 

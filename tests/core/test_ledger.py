@@ -69,6 +69,14 @@ def constraints(*messages: Message) -> list[str]:
         ("merge PR #42", "identifier", "PR #42"),
         ("customer id: C99812 complained", "identifier", "customer id: C99812"),
         ("charge ch_3NvK2aL9 failed", "identifier", "ch_3NvK2aL9"),
+        ("the release is tagged v4.19.2.", "identifier", "v4.19.2"),
+        ("pin v2.1 for now", "identifier", "v2.1"),
+        ("upgrade to 1.2.3-rc.1 first", "identifier", "1.2.3-rc.1"),
+        ("the database is db-staging-07.internal now", "identifier", "db-staging-07.internal"),
+        ("call api.example.com:443.", "identifier", "api.example.com:443"),
+        ("the pod at redis.cache.svc answers", "identifier", "redis.cache.svc"),
+        ("connect to 10.0.0.12:5432 first", "identifier", "10.0.0.12:5432"),
+        ("ping 192.168.1.1.", "identifier", "192.168.1.1"),
         # hashes
         ("reverted a1b2c3d", "hash", "a1b2c3d"),
         (f"at commit {SHA1}", "hash", SHA1),
@@ -113,6 +121,7 @@ def constraints(*messages: Message) -> list[str]:
         ("a 30s timeout", "quantity", "30s"),
         ("it is 21°C outside", "quantity", "21°C"),
         ("listening on port 8080", "quantity", "port 8080"),
+        ("it listens on port 6432.", "quantity", "port 6432"),
         ("died with exit code 137", "quantity", "exit code 137"),
     ],
 )
@@ -136,7 +145,10 @@ def test_extracts_fact(content: str, kind: FactKind, expected: str) -> None:
         "closing </div> tags",  # markup
         "12/25/2024",  # a date written with slashes
         "the 1990s",  # a decade
-        "v1.2.3 MB and 1.2.3 MB",  # a version followed by a unit
+        "self.value, obj.method() and e.g. this",  # dotted code and abbreviations
+        "version 3.11 and 2.7",  # two numbers are a decimal, not a version
+        "port 3.5",  # no port
+        "999.1.1.1 and 1.2.3.4.5",  # not IP addresses
         "3 x 4 grid",  # a product, not a multiplier
         "an issue with login, in order of 1000",  # prefixes without an id
         "my_var and test_helpers",  # snake case without digits
