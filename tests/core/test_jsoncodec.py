@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
@@ -52,3 +53,8 @@ def test_non_finite_numbers_are_written_back_as_sent(write: Callable[[object], b
     assert value["a"] == math.inf
     assert value["b"] == -math.inf
     assert math.isnan(value["c"])
+
+
+def test_other_values_are_written_as_their_text() -> None:
+    assert dumps({"a": Decimal("1.50")}) == b'{"a":"1.50"}'
+    assert canonical({"a": Decimal("1.50")}) == b'{"a":"1.50"}'
