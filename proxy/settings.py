@@ -34,6 +34,7 @@ from pydantic_settings import EnvSettingsSource
 from proxy.core import hooks as core_hooks
 from proxy.core.policy import ContextPolicy, ModelPolicies, Strategy
 from proxy.errors import ConfigError
+from proxy.observability.logs import LogFormat
 
 ENV_PREFIX = "COMPACTION_PROXY_"
 DEFAULT_CONFIG_PATH = Path("config/proxy.yaml")
@@ -286,6 +287,11 @@ class ServerSettings(_Section):
 
 class LogSettings(_Section):
     level: LogLevel = "info"
+    format: LogFormat = "json"
+    """`json`: one JSON object per line (for a log collector); `text`: for a terminal."""
+    content: bool = False
+    """Put the last user message (truncated) in the request log. Off: no message content
+    ever reaches the log."""
 
 
 class AdminSettings(_Section):

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from typing import IO
 
 import httpx
 import uvicorn
@@ -76,11 +77,14 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
 
 
 @contextmanager
-def proxy_process(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run `compaction-proxy serve ARGS` as its own process; yields its base URL."""
+def proxy_process(
+    args: Sequence[str], env: dict[str, str] | None = None, stderr: IO[bytes] | None = None
+) -> Iterator[str]:
+    """Run `compaction-proxy serve ARGS` as its own process; yields its base URL. Its log
+    goes to `stderr` when given, else to the test's."""
     port = free_port()
     command = [sys.executable, "-m", "proxy", "serve", "--port", str(port), *args]
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})})
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stderr=stderr)
     base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(process, base_url)

@@ -3,7 +3,9 @@
 For a chat completion: load the session's state (checkpoint, turn, calibration, window),
 build the view, count it, run the hooks and compact if the core says so (calling the summary
 brain, storing the new checkpoint), forward, retry once after a fixable overflow, record
-usage and archive the original messages. Every other `/v1/*` request passes through.
+usage and archive the original messages. Every other `/v1/*` request passes through. Each
+chat completion is followed by an `Access` (`access.py`): its timings and outcome go to the
+metrics and to one line of the request log.
 
 It knows nothing of FastAPI: requests come in as `Incoming` values and leave as `Reply`
 values, so the whole path can be driven without an HTTP server. A failure of the proxy's own
@@ -27,7 +29,9 @@ from proxy.core.commands import command_of
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.policy import ModelPolicies
 from proxy.core.request import ChatRequest, parse_chat_request
+from proxy.observability.metrics import Metrics
 from proxy.service import reports
+from proxy.service.access import Access
 from proxy.service.chat import ChatForwarder
 from proxy.service.commands import ChatCommands
 from proxy.service.compactor import Compactor, Outcome
@@ -50,6 +54,8 @@ class ServiceConfig:
     upstream_api_key: str | None = None
     summary_timeout_s: float = 120.0
     chat_commands: bool = False
+    log_content: bool = False
+    """Put the last user message (truncated) in each request's log line."""
 
 
 class ProxyService:
@@ -63,11 +69,14 @@ class ProxyService:
         encoders: Encoders,
         config: ServiceConfig,
         summarizer: Summarizer | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._upstream = upstream
         self._store = store
         self._api_key = api_key = config.upstream_api_key
-        self.memory = Memory(store)
+        self.metrics = metrics = metrics or Metrics()
+        self._log_content = config.log_content
+        self.memory = Memory(store, metrics=metrics)
         self._turns = Turns(
             memory=self.memory,
             policies=config.policies,
@@ -80,6 +89,7 @@ class ProxyService:
             summarizer=summarizer or Summarizer(upstream),
             rules=config.rules,
             summary_timeout_s=config.summary_timeout_s,
+            metrics=metrics,
         )
         self._background: set[asyncio.Task[None]] = set()
         self._shapes = reports.Shapes()
@@ -95,21 +105,33 @@ class ProxyService:
             compactor=self._compactor,
             api_key=api_key,
             spawn=self._spawn,
+            metrics=metrics,
         )
 
     async def chat_completion(self, incoming: Incoming, raw: bytes) -> Reply:
         """Compact if needed, forward, and relay the answer (streams chunk by chunk)."""
-        request = parse_chat_request(raw)
+        access = Access(self.metrics, self._log_content)
+        try:
+            reply = await self._chat_completion(incoming, raw, access)
+        except BaseException as exc:
+            access.failed(exc)
+            raise
+        return access.relay(reply)
+
+    async def _chat_completion(self, incoming: Incoming, raw: bytes, access: Access) -> Reply:
+        request = access.request = parse_chat_request(raw)
         if self._commands is not None:
             command = command_of(request.messages)
             if command is not None:
+                access.action = "command"
                 return await self._commands.answer(command, incoming, request)
-        turn = await self._turns.begin(incoming, request)
+        turn = access.turn = await self._turns.begin(incoming, request)
         if (incoming.header("x-compaction") or "").lower() == "off":
-            reply = await self._untouched(incoming, request)
+            access.action = "off"
+            reply = await self._untouched(incoming, request, access)
             return self._then(reply, lambda: self._archive(turn))
-        outcome = await self._compactor.before_forward(turn)
-        reply = await self._chat.forward(turn, outcome)
+        outcome = access.outcome = await self._compactor.before_forward(turn)
+        reply = await self._chat.forward(turn, outcome, access)
         reply = self._then(reply, lambda: self._after(turn, outcome))
         return reply.with_headers(_compaction_headers(turn, outcome))
 
@@ -146,12 +168,14 @@ class ProxyService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _untouched(self, incoming: Incoming, request: ChatRequest) -> Reply:
+    async def _untouched(self, incoming: Incoming, request: ChatRequest, access: Access) -> Reply:
         headers = upstream_request_headers(incoming.headers, api_key=self._api_key)
-        response = await self._upstream.send(
-            UpstreamRequest("POST", incoming.path, incoming.query, headers, request.raw)
+        response = await access.headers(
+            self._upstream.send(
+                UpstreamRequest("POST", incoming.path, incoming.query, headers, request.raw)
+            )
         )
-        return streamed(response) if request.stream else await buffered(response)
+        return streamed(response) if request.stream else await access.body(buffered(response))
 
     async def _archive(self, turn: Turn) -> None:
         # After the answer has gone out: the archive is for the operator, not for this

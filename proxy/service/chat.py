@@ -31,6 +31,9 @@ from proxy.core.messages import Message
 from proxy.core.overflow import Verdict, classify
 from proxy.core.plan import Compacted, Situation, plan_emergency
 from proxy.core.sse import StreamTap, event_data, first_event, with_usage_requested
+from proxy.errors import UpstreamError
+from proxy.observability.metrics import Metrics
+from proxy.service.access import Access
 from proxy.service.compactor import Compactor, Outcome
 from proxy.service.memory import Memory
 from proxy.service.replies import Reply
@@ -65,33 +68,45 @@ class ChatForwarder:
         compactor: Compactor,
         api_key: str | None,
         spawn: Callable[[Coroutine[Any, Any, None]], None],
+        metrics: Metrics,
     ) -> None:
         self._upstream = upstream
         self._memory = memory
         self._compactor = compactor
         self._api_key = api_key
+        self._metrics = metrics
         # Usage is recorded in the background: the answer need not wait for the store.
         self._spawn = spawn
 
-    async def forward(self, turn: Turn, outcome: Outcome) -> Reply:
-        """Forward, retrying once after a fixable overflow."""
-        sent = await self._send(turn, outcome.forwarded, _estimate(turn, outcome))
+    async def forward(self, turn: Turn, outcome: Outcome, access: Access) -> Reply:
+        """Forward, retrying once after a fixable overflow; `access` times the waits."""
+        sent = await self._send(turn, outcome.forwarded, _estimate(turn, outcome), access)
         verdict = self._verdict(turn, sent)
         if verdict is None:
-            return await self._success(turn, outcome, sent)
+            return await self._success(turn, outcome, sent, access)
         if not verdict.overflow:
             return self._error(sent, [])
         retried = await self._after_overflow(turn, outcome, verdict)
         if not retried:
             return self._error(sent, _NO_RETRY)
         sent.response.close()
-        again = await self._send(turn, outcome.forwarded, _estimate(turn, outcome))
+        again = await self._retry(turn, outcome, access)
         second = self._verdict(turn, again)
+        self._metrics.retry(succeeded=second is None)
         if second is None:
-            return await self._success(turn, outcome, again)
+            return await self._success(turn, outcome, again, access)
         return self._error(again, _NO_RETRY if second.overflow else [])
 
-    async def _send(self, turn: Turn, messages: list[Message], estimate: int) -> _Sent:
+    async def _retry(self, turn: Turn, outcome: Outcome, access: Access) -> _Sent:
+        try:
+            return await self._send(turn, outcome.forwarded, _estimate(turn, outcome), access)
+        except UpstreamError:
+            self._metrics.retry(succeeded=False)
+            raise
+
+    async def _send(
+        self, turn: Turn, messages: list[Message], estimate: int, access: Access
+    ) -> _Sent:
         request = turn.request
         body: dict[str, Any] = {**request.body, "messages": messages}
         usage_added = False
@@ -104,21 +119,28 @@ class ChatForwarder:
         headers = upstream_request_headers(
             turn.incoming.headers, api_key=self._api_key, identity_encoding=True
         )
-        response = await self._upstream.send(
-            UpstreamRequest("POST", turn.incoming.path, turn.incoming.query, headers, payload)
+        response = await access.headers(
+            self._upstream.send(
+                UpstreamRequest("POST", turn.incoming.path, turn.incoming.query, headers, payload)
+            )
         )
         sent = _Sent(response, estimate, usage_added)
-        await _peek(sent, stream=request.stream)
+        await access.body(_peek(sent, stream=request.stream))
         return sent
 
     def _verdict(self, turn: Turn, sent: _Sent) -> Verdict | None:
-        """None for a success; else what kind of error it is."""
+        """None for a success; else what kind of error it is (an overflow is counted)."""
         if sent.error is None:
             return None
         status = sent.response.status
         # What the client asked for, not our default reserve: the provider counts only that.
         requested = output_reserve(turn.request.body, 0) or None
-        return classify(status, sent.error, dict(sent.response.headers), requested_output=requested)
+        verdict = classify(
+            status, sent.error, dict(sent.response.headers), requested_output=requested
+        )
+        if verdict.overflow:
+            self._metrics.overflow(verdict.kind.value.lower())
+        return verdict
 
     async def _after_overflow(self, turn: Turn, outcome: Outcome, verdict: Verdict) -> bool:
         """Learn from the overflow and compact hard; False when nothing can be done."""
@@ -147,11 +169,11 @@ class ChatForwarder:
         )
         return Reply(sent.response.status, [*headers, *extra], sent.error or b"")
 
-    async def _success(self, turn: Turn, outcome: Outcome, sent: _Sent) -> Reply:
+    async def _success(self, turn: Turn, outcome: Outcome, sent: _Sent, access: Access) -> Reply:
         headers = client_response_headers(sent.response.headers)
         if not turn.request.stream:
             try:
-                raw = await sent.response.read()
+                raw = await access.body(sent.response.read())
             finally:
                 sent.response.close()
             self._spawn(self._record_usage(turn, outcome, sent.estimate, _usage_of(raw)))

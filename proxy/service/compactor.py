@@ -22,6 +22,7 @@ from proxy.core.messages import Message, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, plan_compaction
 from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
 from proxy.core.windows import known_window
+from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from proxy.service.turns import Turn
 
@@ -60,10 +61,12 @@ class Compactor:
         summarizer: Summarizer,
         rules: tuple[hooks.Hook, ...],
         summary_timeout_s: float,
+        metrics: Metrics,
     ) -> None:
         self._memory = memory
         self._summarizer = summarizer
         self._rules = rules
+        self._metrics = metrics
         self._lock_ttl_s = summary_timeout_s * 2 + 30
         # When each hook last fired, per session; bounded, least recently used dropped first
         # (a forgotten session only loses its hooks' cooldowns).
@@ -179,17 +182,27 @@ class Compactor:
             waited = await self._wait_for_checkpoint(turn)
             return (waited if waited is not None else need.fallback()), None
         try:
-            window = known_window(turn.model) or turn.budget.context_window
-            count = turn.counter.message
-            summary = await self._summarizer.summarize(
-                need, credentials=turn.credentials, count=count, window=window
-            )
+            summary = await self._summary(need, turn)
         except SummaryFailedError as exc:
             logger.warning("summary failed, truncating instead: %s", exc)
             return need.fallback(), None
         finally:
             await self._memory.release(turn.tenant, name, token)
         return need.complete(summary.text), summary
+
+    async def _summary(self, need: NeedsSummary, turn: Turn) -> SummaryResult:
+        window = known_window(turn.model) or turn.budget.context_window
+        started = time.perf_counter()
+        failed = True
+        try:
+            summary = await self._summarizer.summarize(
+                need, credentials=turn.credentials, count=turn.counter.message, window=window
+            )
+            failed = False
+        finally:
+            # A cancelled summary (the client went away) counts as failed: it gave nothing.
+            self._metrics.summary(time.perf_counter() - started, failed=failed)
+        return summary
 
     async def _wait_for_checkpoint(self, turn: Turn) -> Checkpoint | None:
         deadline = time.monotonic() + LOCK_WAIT_S
@@ -230,6 +243,10 @@ class Compactor:
             summarizer_tokens=summary.tokens if summary else 0,
         )
         await self._memory.record_compaction(turn.tenant, turn.session, record)
+        estimate = turn.budget.estimate
+        self._metrics.compaction(
+            result.strategy, trigger, estimate(result.tokens_before), estimate(result.tokens_after)
+        )
         if made is None:
             outcome.messages = result.messages
         else:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from proxy.adapters.store import Store, StoreUnavailableError
 from proxy.core.messages import Message
 from proxy.core.session import Checkpoint, CompactionRecord, SessionState, TurnPoint
+from proxy.observability.metrics import Metrics
 
 logger = logging.getLogger("proxy.store")
 
@@ -28,8 +29,9 @@ _T = TypeVar("_T")
 class Memory:
     """Best-effort access to the session store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, metrics: Metrics | None = None) -> None:
         self.store = store
+        self._metrics = metrics
         self._down = False
         self._facts: dict[tuple[str, str], tuple[float, float | None]] = {}
 
@@ -37,6 +39,10 @@ class Memory:
         try:
             value = await call
         except StoreUnavailableError as exc:
+            # Counted every time, logged once per outage: the count shows how much of the
+            # traffic an outage touched, the log when it started and ended.
+            if self._metrics is not None:
+                self._metrics.store_error()
             if not self._down:
                 logger.warning("session store unavailable, serving without it: %s", exc)
                 self._down = True

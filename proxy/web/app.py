@@ -23,9 +23,12 @@ from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.adapters.upstream import Upstream
 from proxy.errors import ProxyError
+from proxy.observability.metrics import Metrics
 from proxy.service import ProxyService, ServiceConfig
 from proxy.settings import Settings
 from proxy.web import admin, routes
+from proxy.web.dashboard import DASHBOARD_ROUTES
+from proxy.web.middleware import RequestCounter
 
 
 def create_app(
@@ -36,6 +39,9 @@ def create_app(
     encoders: Encoders | None = None,
 ) -> FastAPI:
     """The proxy as an ASGI app, configured by `settings`."""
+    # The app's own registry (not prometheus-client's global one): two apps in one process
+    # count apart, and `/metrics` shows this app's numbers only.
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +78,7 @@ def create_app(
                 or (None if brain.base_url else _secret(settings.upstream.api_key)),
                 window=brain.context_window,
             ),
+            metrics=metrics,
         )
         app.state.service = service
         app.state.max_body_bytes = settings.server.max_body_bytes
@@ -96,7 +103,10 @@ def create_app(
     app.add_exception_handler(ProxyError, routes.proxy_error)
     app.add_exception_handler(HTTPException, routes.http_error)
     app.add_exception_handler(RequestValidationError, routes.validation_error)
+    app.add_middleware(RequestCounter, metrics=metrics)
+    app.state.metrics = metrics
     app.include_router(admin.router)
+    app.router.routes.extend(DASHBOARD_ROUTES)
     app.router.routes.extend(routes.ROUTES)
     return app
 
@@ -108,6 +118,7 @@ def _service_config(settings: Settings) -> ServiceConfig:
         upstream_api_key=_secret(settings.upstream.api_key),
         summary_timeout_s=settings.context.summary_brain.timeout_s,
         chat_commands=settings.chat_commands,
+        log_content=settings.log.content,
     )
 
 

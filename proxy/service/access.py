@@ -1,0 +1,164 @@
+"""One chat completion as the operator sees it: its timings, its outcome, its log line.
+
+An `Access` follows a request from the moment the service has its body to the last byte of
+the answer. The service tells it what it learns on the way (the request, the turn, what
+compaction did, each wait on the upstream); when the answer is ready it reports the proxy's
+overhead and the forwarded pressure to the metrics, and when the answer has been sent (a
+stream: at its end) it writes the request's one line on the `proxy.access` logger.
+
+The line carries the session, a prefix of the tenant's hash, the model, the tokens before
+and after, the pressure, the action, the status, the latencies and the stream flag: numbers
+already counted for the response headers, so the line costs nothing proportional to the
+history. Never a credential; the last user message only with `log.content: true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from proxy.core.messages import Message, role, text
+from proxy.core.request import ChatRequest
+from proxy.errors import ProxyError
+from proxy.observability.metrics import Metrics
+from proxy.service.compactor import Outcome
+from proxy.service.replies import Reply
+from proxy.service.turns import Turn
+
+logger = logging.getLogger("proxy.access")
+
+# Enough of the tenant hash to tell tenants apart in a log, too little to be a credential.
+TENANT_CHARS = 8
+# With `log.content: true`, the last user message is cut to this many characters.
+CONTENT_CHARS = 500
+# nginx's "client closed request", as the route answers it.
+CLIENT_CLOSED = 499
+
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class Access:
+    """What is known of one chat completion request so far."""
+
+    metrics: Metrics
+    log_content: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    upstream_s: float = 0.0
+    """Time spent waiting on the upstream for this request's answer (every attempt)."""
+    ready_s: float | None = None
+    """Time from the start until the answer's headers were ready."""
+    request: ChatRequest | None = None
+    turn: Turn | None = None
+    outcome: Outcome | None = None
+    action: str | None = None
+    """Set when no compaction was considered: `off` (X-Compaction: off) or `command`."""
+
+    async def headers(self, send: Awaitable[_T]) -> _T:
+        """`await send`: one attempt's wait for the upstream's response headers."""
+        started = time.perf_counter()
+        try:
+            response = await send
+        finally:
+            waited = time.perf_counter() - started
+            self.upstream_s += waited
+        self.metrics.upstream_latency(waited)
+        return response
+
+    async def body(self, read: Awaitable[_T]) -> _T:
+        """`await read`: a wait for the upstream's body (an error, a first event, a reply)."""
+        started = time.perf_counter()
+        try:
+            return await read
+        finally:
+            self.upstream_s += time.perf_counter() - started
+
+    def relay(self, reply: Reply) -> Reply:
+        """`reply`, reported now and logged once it has been sent (a stream: at its end)."""
+        self.ready_s = time.perf_counter() - self.started
+        self.metrics.overhead(self.ready_s - self.upstream_s)
+        if self.turn is not None and self.outcome is not None:
+            self.metrics.pressure(self.turn.budget.pressure(self.outcome.tokens_after))
+        if isinstance(reply.body, bytes):
+            self.finish(reply.status)
+            return reply
+        return Reply(reply.status, reply.headers, self._streamed(reply), reply.close)
+
+    async def _streamed(self, reply: Reply) -> AsyncIterator[bytes]:
+        assert not isinstance(reply.body, bytes)
+        # Counted from the first chunk pulled: a body the server never starts to send is
+        # never closed either, and would leave the gauge one too high for good.
+        self.metrics.stream_started()
+        complete = False
+        try:
+            async for chunk in reply.body:
+                yield chunk
+            complete = True
+        finally:
+            self.metrics.stream_ended()
+            self.finish(reply.status, aborted=not complete)
+
+    def failed(self, exc: BaseException) -> None:
+        """The request ended with `exc` instead of a reply."""
+        if isinstance(exc, ProxyError):
+            status = exc.status_code
+        elif isinstance(exc, asyncio.CancelledError):
+            status = CLIENT_CLOSED
+        else:
+            status = 500
+        self.finish(status)
+
+    def finish(self, status: int, *, aborted: bool = False) -> None:
+        """Write the request's log line."""
+        if not logger.isEnabledFor(logging.INFO):
+            return  # `log.level: warning` or above: not even the fields are worth building
+        fields = self.fields(status)
+        if aborted:
+            fields["aborted"] = True
+        logger.info("chat completion", extra=fields)
+
+    def fields(self, status: int) -> dict[str, Any]:
+        """The log line's fields (all of them, null when unknown)."""
+        request, turn, outcome = self.request, self.turn, self.outcome
+        fields: dict[str, Any] = {
+            "session": turn.session if turn else None,
+            "tenant": turn.tenant[:TENANT_CHARS] if turn else None,
+            "model": request.model if request else None,
+            "stream": request.stream if request else False,
+            "status": status,
+            "action": self.action or (outcome.strategy or "none" if outcome else None),
+            "tokens_before": None,
+            "tokens_after": None,
+            "pressure": None,
+            "latency_ms": _ms(time.perf_counter() - self.started),
+            "upstream_ms": _ms(self.upstream_s),
+            "overhead_ms": None if self.ready_s is None else _ms(self.ready_s - self.upstream_s),
+        }
+        if turn is not None and outcome is not None:
+            budget = turn.budget
+            fields["tokens_before"] = budget.estimate(outcome.tokens_before)
+            fields["tokens_after"] = budget.estimate(outcome.tokens_after)
+            fields["pressure"] = round(budget.pressure(outcome.tokens_after), 4)
+        if self.log_content and request is not None:
+            fields["content"] = last_user_text(request.messages)
+        return fields
+
+
+def last_user_text(messages: list[Message]) -> str | None:
+    """The last user message's text, cut to `CONTENT_CHARS`."""
+    # From the end: the last user message is nearly always among the last few.
+    for message in reversed(messages):
+        if role(message) == "user":
+            content = text(message)
+            if len(content) > CONTENT_CHARS:
+                return content[:CONTENT_CHARS] + "…"
+            return content
+    return None
+
+
+def _ms(seconds: float) -> float:
+    return round(max(seconds, 0.0) * 1000, 1)
