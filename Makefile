@@ -12,7 +12,7 @@ ifneq ($(wildcard ../shared/tiktoken),)
 export TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/tiktoken)
 endif
 
-.PHONY: run test e2e lint format bench-http bench-overhead clean
+.PHONY: run test demo e2e lint format bench-http bench-overhead clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ test: $(VENV)/.installed-dev
 	$(BIN)/coverage run --branch --data-file=.coverage -m pytest $(PYTEST_ARGS)
 	$(BIN)/coverage report --data-file=.coverage --include='proxy/core/*' --skip-covered \
 		--show-missing --fail-under=100
+
+# Simulated agents through the proxy to a mock model: no API key, no network. The agents are
+# the official OpenAI SDK, which only the dev extras install. DEMO_ARGS=--no-wait exits after
+# the final table instead of serving the dashboard until Ctrl-C.
+DEMO_ARGS ?=
+demo: $(VENV)/.installed-dev
+	$(BIN)/compaction-proxy demo $(DEMO_ARGS)
 
 # The end-to-end run on a real model (tests/e2e): llama.cpp's OpenAI-compatible server from
 # llama-cpp-python, serving Gemma 3 270M from a PyPI package. Both live in a venv of their

@@ -16,6 +16,8 @@ from typing import Any
 
 from proxy import __version__
 from proxy.core.policy import STRATEGIES
+from proxy.demo.options import add_arguments as add_demo_arguments
+from proxy.demo.options import options_from as demo_options_from
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings
 
@@ -55,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(run=_serve)
     _add_inspect(commands)
+    _add_demo(commands)
     return parser
 
 
@@ -81,6 +84,19 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.set_defaults(run=_inspect)
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="watch the proxy compact simulated agents' sessions (no API key, no network)",
+        description="Run simulated agents through the proxy to a mock model with a small "
+        "window, print what the proxy did each turn and what it saved, then keep serving "
+        "the dashboard until Ctrl-C.",
+    )
+    add_demo_arguments(demo)
+    # No --config: the demo configures its own proxy; `main` still loads the settings.
+    demo.set_defaults(run=_demo, config=None)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -112,15 +128,21 @@ def _inspect(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(settings: Settings, args: argparse.Namespace) -> int:
+    # The demo's proxy has settings of its own (the mock as upstream, the embedded store):
+    # an operator's config file or environment must not point it elsewhere.
+    from proxy.demo.command import main as run_demo
+
+    return run_demo(demo_options_from(args))
+
+
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
+    from proxy.observability.logs import configure_logging
     from proxy.web import create_app
 
-    logging.basicConfig(
-        level=settings.log.level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.log.level, settings.log.format)
     logging.getLogger("proxy").info(
         "compaction-proxy %s forwarding to %s (store: %s)",
         __version__,
@@ -132,10 +154,14 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.log.level,
+        # Not uvicorn's own handlers and formats: its records go to the root logger's
+        # handler, so every line of the process has one format (JSON by default).
+        log_config=None,
         # Relay the upstream's own Server and Date headers instead of adding ours.
         server_header=False,
         date_header=False,
-        # One line per request is noise at fleet scale; the structured request log replaces it.
+        # One line per request is noise at fleet scale; the structured request log
+        # (proxy.access, one line per chat completion) replaces it.
         access_log=settings.log.level == "debug",
         # uvloop and httptools when installed (uvicorn[standard]), the fastest pair.
         loop="auto",

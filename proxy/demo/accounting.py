@@ -1,0 +1,77 @@
+"""The bill: what the mock provider received, per agent and in all.
+
+The agents know what they sent and what `usage` said was forwarded; only the provider knows
+the rest. The summaries the proxy asked for on an agent's behalf carry that agent's key (the
+summarizer uses the client's own credentials), so they are counted against it; and the last
+request forwarded for an agent shows whether the facts planted in its session survived.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.core.tokens import TokenCounter
+from proxy.demo.agents import AgentStats
+from proxy.mock_upstream import MockUpstream, Recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """All agents together, from the provider's records."""
+
+    sent_tokens: int
+    forwarded_tokens: int
+    cached_tokens: int
+    summary_calls: int
+    summary_tokens: int
+    compactions: Counter[str]
+    errors: int
+    overflows: int
+    """Requests the provider refused as too long (the proxy retries those once)."""
+    rejections: int
+    """Requests the provider refused for broken tool pairing or role order."""
+
+    @property
+    def saved_share(self) -> float:
+        """The share of the sent tokens the provider never saw, summaries paid for."""
+        spent = self.forwarded_tokens + self.summary_tokens
+        return 1 - spent / self.sent_tokens if self.sent_tokens else 0.0
+
+
+def settle(upstream: MockUpstream, agents: Sequence[AgentStats], counter: TokenCounter) -> Totals:
+    """Fill in each agent's summaries and kept facts from `upstream`'s records; the totals."""
+    by_key = {f"Bearer {agent.api_key}": agent for agent in agents}
+    for request in upstream.summary_requests:
+        agent = by_key.get(request.header("authorization") or "")
+        if agent is not None:
+            agent.summary_calls += 1
+            agent.summary_tokens += counter.request(request.json())
+    for key, request in _last_forwarded(upstream).items():
+        agent = by_key.get(key)
+        if agent is not None:
+            forwarded = json.dumps(request.json().get("messages"), ensure_ascii=False)
+            agent.facts_kept = sum(fact in forwarded for fact in agent.facts)
+    return Totals(
+        sent_tokens=sum(agent.sent_tokens for agent in agents),
+        forwarded_tokens=sum(upstream.prompt_tokens),
+        cached_tokens=sum(upstream.cached_tokens),
+        summary_calls=upstream.summary_calls,
+        summary_tokens=sum(agent.summary_tokens for agent in agents),
+        compactions=sum((agent.compactions for agent in agents), Counter[str]()),
+        errors=sum(agent.errors for agent in agents),
+        overflows=upstream.overflows,
+        rejections=upstream.strict_rejections,
+    )
+
+
+def _last_forwarded(upstream: MockUpstream) -> dict[str, Recorded]:
+    """The last chat request (summaries apart) the provider got, by `Authorization` value."""
+    summaries = {id(request) for request in upstream.summary_requests}
+    last: dict[str, Recorded] = {}
+    for request in upstream.requests:
+        if request.path.endswith("/chat/completions") and id(request) not in summaries:
+            last[request.header("authorization") or ""] = request
+    return last

@@ -1,0 +1,66 @@
+"""The demo's options, and the arguments that set them (for `compaction-proxy demo` and
+`python -m proxy.demo` alike)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    agents: int = 3
+    turns: int = 16
+    port: int | None = None
+    """Where the proxy listens: None for 8080, or any free port when 8080 is taken; 0 for any
+    free port."""
+    wait: bool = True
+    """Keep serving after the sessions (for the dashboard) until SIGINT or SIGTERM."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's flags, on `parser`."""
+    defaults = Options()
+    parser.add_argument(
+        "--agents", type=_positive, default=defaults.agents, metavar="N", help="agents (default: 3)"
+    )
+    parser.add_argument(
+        "--turns",
+        type=_positive,
+        default=defaults.turns,
+        metavar="N",
+        help="user turns per agent (default: 16)",
+    )
+    # Not `--port`'s usual destination: the CLI reads `port` into the settings, which do not
+    # take 0, and the demo's proxy is configured by the demo alone.
+    parser.add_argument(
+        "--port",
+        dest="demo_port",
+        type=_port,
+        metavar="P",
+        help="port of the proxy (default: 8080, or a free one if taken; 0: a free one)",
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="exit after the final table instead of serving the dashboard until Ctrl-C",
+    )
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """The options `add_arguments`' flags parsed to."""
+    return Options(agents=args.agents, turns=args.turns, port=args.demo_port, wait=not args.no_wait)
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return number
+
+
+def _port(value: str) -> int:
+    number = int(value)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {value})")
+    return number

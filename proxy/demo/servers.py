@@ -1,0 +1,98 @@
+"""The demo's two servers (the proxy and the mock provider), uvicorn in one event loop.
+
+Both listen on sockets the demo binds itself: so a port of 0 works (the URL is read back
+from the socket) and a busy port is found before anything starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Final, Literal
+
+import uvicorn
+from starlette.types import ASGIApp
+
+HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8080
+
+
+class PortUnavailableError(Exception):
+    """The proxy's port cannot be bound (taken, or not ours to take)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, minus its signal handlers.
+
+    Each server would install its own for SIGINT and SIGTERM, the last one started
+    overriding the others, and raise the signal again once stopped. The demo catches the
+    signals once, for everything it runs, and stops its servers itself.
+    """
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def listening_socket(port: int | None) -> socket.socket:
+    """A socket bound to `port` on loopback; None: 8080, or a free port if 8080 is taken.
+
+    Raises `PortUnavailableError` when it cannot bind.
+    """
+    try:
+        if port is not None:
+            return _bound(port)
+        try:
+            return _bound(DEFAULT_PORT)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            return _bound(0)
+    except OSError as exc:
+        where = f"{HOST}:{DEFAULT_PORT if port is None else port}"
+        raise PortUnavailableError(f"cannot listen on {where}: {exc.strerror}") from exc
+
+
+def _bound(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A demo started again right after the last one must not wait out TIME_WAIT.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@asynccontextmanager
+async def serve(
+    app: ASGIApp, sock: socket.socket, *, lifespan: Literal["on", "off"]
+) -> AsyncIterator[str]:
+    """Serve `app` on `sock` in this event loop; yields its base URL (no `/v1`)."""
+    config = uvicorn.Config(
+        app,
+        lifespan=lifespan,
+        log_level="warning",
+        access_log=False,
+        ws="none",
+        server_header=False,
+        date_header=False,
+    )
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # uvicorn's own error, if it raised one
+                raise RuntimeError("the server stopped while starting")
+            await asyncio.sleep(0.01)
+        host, port = sock.getsockname()[:2]
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

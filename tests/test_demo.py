@@ -1,0 +1,178 @@
+"""`make demo`: simulated agents through the real proxy to the mock provider, end to end."""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.cli import main as cli_main
+from proxy.demo.agents import Exchange, TurnReport
+from proxy.demo.display import Progress
+from proxy.demo.options import Options
+from proxy.demo.runner import run
+from tests.servers import free_port
+
+SCRIPT = Path(sys.executable).parent / "compaction-proxy"
+# Generous: the machine may be busy with other work; a slow demo is not a broken one.
+PROCESS_TIMEOUT_S = 240
+TURN_LINE = re.compile(r"^\[\s*\d+/(\d+)\] agent-\d+ ", re.MULTILINE)
+DASHBOARD = re.compile(r"Dashboard: +(http://127\.0\.0\.1:(\d+)/dashboard#token=[\w-]+)")
+
+
+def _totals_row(output: str) -> dict[str, str]:
+    """The table's `all` row, by column name."""
+    names = ("sent", "forwarded", "saved", "compactions", "summaries", "cached", "errors")
+    row = next(line for line in output.splitlines() if line.startswith("all "))
+    return dict(zip(names, row.split()[1:], strict=False))
+
+
+def _number(cell: str) -> int:
+    return int(cell.replace(",", ""))
+
+
+async def test_demo_compacts_agent_sessions_without_errors() -> None:
+    out = io.StringIO()
+    result = await run(Options(agents=2, turns=10, port=0, wait=False), out)
+    assert result is not None
+    totals = result.totals
+    assert totals.errors == 0
+    assert totals.overflows == totals.rejections == 0
+    assert totals.compactions.total() >= 1
+    assert totals.forwarded_tokens < totals.sent_tokens
+    # What the agents read in `usage` is what the provider counted, request for request.
+    assert sum(agent.forwarded_tokens for agent in result.agents) == totals.forwarded_tokens
+    assert all(agent.facts_kept == len(agent.facts) for agent in result.agents)
+    text = out.getvalue()
+    assert len(TURN_LINE.findall(text)) == 20
+    assert "\r" not in text  # not a terminal: no progress bar drawn in place
+    assert f"{result.base_url}/dashboard#token={result.admin_token}" in text
+    assert "Ctrl-C" not in text
+
+
+def test_progress_redraws_its_bar_in_place_on_a_terminal() -> None:
+    out = io.StringIO()
+    progress = Progress(out, agents=1, turns=2, live=True)
+    progress.start()
+    exchange = Exchange(9000, "abcdef0123", "clear_tool_results", 8500, 4200, 0.41)
+    progress.turn(TurnReport("agent-1", 1, exchange))
+    progress.close()
+    text = out.getvalue()
+    assert "[###############...............] 1/2 turns" in text
+    assert "\r\x1b[Kagent-1   1/2  abcdef01         9,000      0.41  clear_tool_results  " in text
+    assert "8,500 -> 4,200\n" in text
+    assert re.search(r"\r\x1b\[K1 turn in \d+\.\d s\n$", text)
+
+
+def test_module_runs_offline_without_tiktoken_files(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        # No encoding files, and a download that fails at once: the approximate count.
+        "TIKTOKEN_CACHE_DIR": str(tmp_path),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    command = [sys.executable, "-m", "proxy.demo", "--agents", "2", "--turns", "8"]
+    result = subprocess.run(
+        [*command, "--no-wait", "--port", str(port)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=PROCESS_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "tokenizer approximate" in result.stdout
+    assert len(TURN_LINE.findall(result.stdout)) == 16
+    totals = _totals_row(result.stdout)
+    assert totals["errors"] == "0"
+    assert int(totals["compactions"]) >= 1
+    assert _number(totals["forwarded"]) < _number(totals["sent"])
+    dashboard = DASHBOARD.search(result.stdout)
+    assert dashboard is not None
+    assert int(dashboard.group(2)) == port
+
+
+@contextmanager
+def _demo_process(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
+    """`compaction-proxy demo ARGS` running, with its output lines arriving on a queue."""
+    command = [str(SCRIPT), "demo", *args]
+    popen = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with popen as process:  # closes the pipe and reaps the process, whatever happens
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=_read_lines, args=(process, lines))
+        reader.start()
+        try:
+            yield process, lines
+        finally:
+            if process.poll() is None:
+                process.kill()
+            reader.join(PROCESS_TIMEOUT_S)
+
+
+def _read_lines(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+    for line in process.stdout or ():
+        lines.put(line)
+
+
+def _wait_for(lines: queue.Queue[str], pattern: re.Pattern[str]) -> re.Match[str]:
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        found = pattern.search(line)
+        if found is not None:
+            return found
+    raise AssertionError("never printed " + pattern.pattern + ":\n" + "".join(seen))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_command_serves_the_dashboard_until_signalled(signum: signal.Signals) -> None:
+    with _demo_process(["--agents", "1", "--turns", "2", "--port", "0"]) as (process, lines):
+        dashboard = _wait_for(lines, DASHBOARD)
+        page = httpx.get(dashboard.group(1).partition("#")[0], timeout=30)
+        assert page.status_code == 200
+        process.send_signal(signum)
+        assert process.wait(PROCESS_TIMEOUT_S) == 0
+
+
+def test_busy_port_exits_1_with_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "proxy.demo", "--no-wait", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=PROCESS_TIMEOUT_S,
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"compaction-proxy demo: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--agents", "--turns"])
+def test_counts_below_one_are_refused(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["demo", flag, "0"])
+    assert exited.value.code == 2
+    assert "must be at least 1" in capsys.readouterr().err
