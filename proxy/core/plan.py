@@ -254,26 +254,33 @@ def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool]) ->
 
 
 def _clear_layer(work: _Work) -> Plan | None:
+    # Every old result goes once one has to: the provider's prompt cache is lost from the
+    # first cleared result on anyway, so clearing only what reaches the target would pay
+    # that miss again a few turns later for the next few (Anthropic's context editing
+    # `clear_at_least` answers the same trade-off).
+    if work.total() <= work.target:
+        return None
     messages = list(work.messages)
-    excess = work.total() - work.target
     for index in range(work.pins.recent):
-        if excess <= 0:
-            break
         message = messages[index]
         if is_tool_result(message) and not is_cleared(message):
             tokens = work.counter.message(message)
             placeholder = clear(message, work.tool_name(index), tokens)
-            saved = tokens - work.counter.message(placeholder)
-            if saved > 0:  # a short result costs less than its placeholder: keep it
+            if work.counter.message(placeholder) < tokens:  # a short result stays whole
                 messages[index] = placeholder
-                excess -= saved
     work.update(messages, "clear_tool_results")
     return work.result("clear_tool_results") if work.changed and work.done() else None
 
 
 def _summarize_layer(work: _Work) -> Plan | None:
+    # A summary condenses everything before the recent window, not just enough to reach
+    # the target: the provider's prompt cache is lost from the span's start on either way,
+    # so a deeper summary costs no more cache and puts the next one many turns further off
+    # (in the benchmark's agent session, 2 summaries instead of 5, and a higher cache share).
     policy = work.situation.policy
-    eviction = _Eviction.find(work, note_tokens=policy.summary_max_tokens + _NOTE_OVERHEAD)
+    eviction = _Eviction.find(
+        work, note_tokens=policy.summary_max_tokens + _NOTE_OVERHEAD, target=0
+    )
     if eviction is None:
         return None
     request = summary_request(
@@ -329,7 +336,8 @@ class _Eviction:
         return tuple(m for m in span if not is_instruction(m) and note_of(m) is None)
 
     @classmethod
-    def find(cls, work: _Work, *, note_tokens: int) -> _Eviction | None:
+    def find(cls, work: _Work, *, note_tokens: int, target: int | None = None) -> _Eviction | None:
+        """The span to evict to bring `work` down to `target` (its own target when None)."""
         messages, previous = _detached(work.messages, work.pins.first_user)
         floor = work.pins.head
         if work.pins.first_user is not None:
@@ -337,19 +345,22 @@ class _Eviction:
         candidates = [u for u in work.units if u.start >= floor and u.stop <= work.pins.recent]
         if not candidates:
             return None
-        need = work.counter.messages(messages) + work.tools - work.target + note_tokens
-        taken, freed = 0, 0
-        while taken < len(candidates) and freed < need:
-            freed += sum(
+        goal = work.target if target is None else target
+        need = work.counter.messages(messages) + work.tools - goal + note_tokens
+        sizes = [
+            sum(
                 work.counter.message(messages[i])
-                for i in candidates[taken].indices()
+                for i in unit.indices()
                 if not is_instruction(messages[i])  # kept, so not freed
             )
+            for unit in candidates
+        ]
+        taken, freed = 0, 0
+        while taken < len(candidates) and freed < need:
+            freed += sizes[taken]
             taken += 1
-        # One unit more if that lets the span end right before a user message: the note then
-        # stands alone between the task and that message instead of being merged into one.
-        if taken < len(candidates) and not _is_user_at(messages, candidates[taken - 1].stop):
-            taken += _is_user_at(messages, candidates[taken].stop)
+        taken = _standalone_end(messages, candidates, taken, deep=target is not None)
+        freed = sum(sizes[:taken])
         if freed <= note_tokens:
             return None  # the note would cost as much as it saves
         stop = candidates[taken - 1].stop
@@ -366,6 +377,27 @@ class _Eviction:
         reduced = [*self.messages[: self.start], *kept, *self.messages[self.stop :]]
         self.work.messages = splice(reduced, self.start, self.start, note).messages
         return self.work.result(strategy)
+
+
+def _standalone_end(
+    messages: Sequence[Message], candidates: Sequence[Unit], taken: int, *, deep: bool
+) -> int:
+    """How many of the `taken` units to evict so that the span ends right before a user
+    message, where possible: the note then stands alone between the task and that message
+    instead of being merged into the task, which would change the pinned prefix too.
+
+    One unit more does it for a span that only had to reach the target; a deep span (all it
+    could take) gives units back instead, down to the last user message it covers.
+    """
+    if _is_user_at(messages, candidates[taken - 1].stop):
+        return taken
+    if taken < len(candidates) and _is_user_at(messages, candidates[taken].stop):
+        return taken + 1
+    if deep:
+        for fewer in range(taken - 1, 0, -1):
+            if _is_user_at(messages, candidates[fewer - 1].stop):
+                return fewer
+    return taken
 
 
 def _is_user_at(messages: Sequence[Message], index: int) -> bool:

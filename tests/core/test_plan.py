@@ -24,7 +24,7 @@ from proxy.core.plan import (
 from proxy.core.policy import ContextPolicy
 from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
 from proxy.core.tokens import TokenCounter
-from proxy.core.tool_results import is_tool_result
+from proxy.core.tool_results import is_cleared, is_tool_result
 from proxy.core.units import group_units, is_well_formed, pins
 from tests.builders import assistant, assistant_calls, system, tool_result, user
 from tests.core.alternation import same_role_pairs
@@ -167,6 +167,37 @@ def test_summary_replaces_oldest_turns() -> None:
     assert "Tools you can call in this conversation: search." in note["content"]
     assert result.tokens_after <= 500
     assert is_well_formed(group_units(result.messages))
+
+
+def test_summary_condenses_everything_before_the_recent_window() -> None:
+    # Not just down to the target: the cache is lost from the span's start either way, so
+    # one deep summary is cheaper than several shallow ones.
+    messages = chat(30)
+    plan = plan_compaction(situation(messages, window=2000), COUNTER)
+    assert isinstance(plan, NeedsSummary)
+    result = plan.complete("- the summary")
+    assert result.messages[1] == messages[1]  # the task stands unchanged: the note is apart
+    notes = [i for i, m in enumerate(result.messages) if note_of(m)]
+    assert notes == [2]
+    assert role(result.messages[3]) == "user"
+    # Everything but the pinned task and the recent window (rounded to a user boundary).
+    assert len(result.messages) - 3 <= POLICY.keep_recent + 1
+    assert result.tokens_after < 0.25 * 2000
+
+
+def test_clearing_takes_every_old_result_at_once() -> None:
+    messages = agent(12)
+    total = COUNTER.messages(messages) + COUNTER.tools(TOOLS)
+    # A target that clearing one result would reach.
+    window = 2 * (total - 50)
+    plan = plan_compaction(
+        situation(messages, window=window, strategy="clear_tool_results", force=True), COUNTER
+    )
+    assert isinstance(plan, Compacted)
+    recent = plan.messages[-POLICY.keep_recent :]
+    old = plan.messages[: -POLICY.keep_recent]
+    assert all(is_cleared(m) for m in old if m.get("role") == "tool")
+    assert not any(is_cleared(m) for m in recent)
 
 
 def test_summary_gets_the_facts_it_lost() -> None:
