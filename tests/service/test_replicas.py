@@ -27,6 +27,9 @@ CONTEXT = {
     "summary_brain": {"context_window": 100_000},
 }
 HEADERS = {"authorization": "Bearer sk-replicas"}
+# long_chat(30) is about 3,300 tokens: over the trigger of this window, and its summary
+# request (everything before the recent window) still fits it in one call.
+WINDOW = 4000
 
 
 def long_chat(turns: int) -> list[dict[str, Any]]:
@@ -62,7 +65,7 @@ async def chat(http: httpx.AsyncClient, messages: list[dict[str, Any]]) -> httpx
 
 
 async def test_restart_reuses_the_stored_checkpoint(redis_server: RedisServer) -> None:
-    provider = MockUpstream(window=3000)
+    provider = MockUpstream(window=WINDOW)
     async with serve(provider.app) as base:
         async with proxy(f"{base}/v1", redis_server.url) as http:
             first = await chat(http, long_chat(30))
@@ -79,7 +82,7 @@ async def test_restart_reuses_the_stored_checkpoint(redis_server: RedisServer) -
 
 
 async def test_two_replicas_make_one_summary(redis_server: RedisServer) -> None:
-    provider = MockUpstream(window=3000, latency_s=0.3)
+    provider = MockUpstream(window=WINDOW, latency_s=0.3)
     async with (
         serve(provider.app) as base,
         proxy(f"{base}/v1", redis_server.url) as one,
@@ -94,7 +97,7 @@ async def test_two_replicas_make_one_summary(redis_server: RedisServer) -> None:
 
 
 async def test_redis_stopping_mid_session_fails_no_request(redis_server: RedisServer) -> None:
-    provider = MockUpstream(window=3000)
+    provider = MockUpstream(window=WINDOW)
     async with serve(provider.app) as base, proxy(f"{base}/v1", redis_server.url) as http:
         await chat(http, long_chat(10))
         redis_server.stop()
@@ -176,7 +179,7 @@ async def test_reported_usage_calibrates_the_estimates() -> None:
 async def test_two_proxy_processes_on_one_redis_make_one_summary(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    provider = MockUpstream(window=3000, latency_s=0.3)
+    provider = MockUpstream(window=WINDOW, latency_s=0.3)
     config = tmp_path / "proxy.yaml"
     config.write_text(json.dumps({"context": CONTEXT, "log": {"level": "warning"}}))
     with serve_in_thread(provider.app) as base:
@@ -195,7 +198,7 @@ async def test_two_proxy_processes_on_one_redis_make_one_summary(
 
 
 async def test_summarizer_down_truncates_and_the_request_succeeds() -> None:
-    provider = MockUpstream(window=3000)
+    provider = MockUpstream(window=WINDOW)
     dead = f"http://127.0.0.1:{free_port()}/v1"
     async with serve(provider.app) as base:
         brain = {**CONTEXT["summary_brain"], "base_url": dead, "timeout_s": 2}  # type: ignore[dict-item]
