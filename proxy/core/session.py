@@ -177,7 +177,8 @@ class ContextReport:
     target: float
     calibration: float
     tokens: int
-    breakdown: dict[str, int]
+    breakdown: dict[str, int] | None
+    """Tokens by category (`proxy.core.breakdown`); None where only the numbers were kept."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

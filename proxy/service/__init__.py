@@ -29,6 +29,8 @@ from proxy.core.commands import command_of
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.policy import ModelPolicies
 from proxy.core.request import ChatRequest, parse_chat_request
+from proxy.core.session import Checkpoint
+from proxy.core.tokens import TokenCounter
 from proxy.observability.metrics import Metrics
 from proxy.service import reports
 from proxy.service.access import Access
@@ -93,6 +95,7 @@ class ProxyService:
         )
         self._background: set[asyncio.Task[None]] = set()
         self._shapes = reports.Shapes()
+        self._sent = reports.SentTokens()
         self.operator = Operator(store=store, turns=self._turns, compactor=self._compactor)
         self._commands = (
             ChatCommands(turns=self._turns, operator=self.operator)
@@ -130,18 +133,21 @@ class ProxyService:
             access.action = "off"
             reply = await self._untouched(incoming, request, access)
             return self._then(reply, lambda: self._archive(turn))
+        found = turn.checkpoint  # the one the request came with; a compaction replaces it
         outcome = access.outcome = await self._compactor.before_forward(turn)
         reply = await self._chat.forward(turn, outcome, access)
-        reply = self._then(reply, lambda: self._after(turn, outcome))
+        reply = self._then(reply, lambda: self._after(turn, outcome, found))
         return reply.with_headers(_compaction_headers(turn, outcome))
 
-    async def _after(self, turn: Turn, outcome: Outcome) -> None:
+    async def _after(self, turn: Turn, outcome: Outcome, found: Checkpoint | None) -> None:
         await self._archive(turn)
+        # The view before this turn's compaction, counted already: the request with `found`.
+        sent = self._sent.of(turn, found, outcome.tokens_before)
         await self.memory.record_turn(
             turn.tenant,
             turn.session,
-            reports.turn_point(turn, outcome),
-            reports.context_report(turn, outcome).to_json(),
+            reports.turn_point(turn, outcome, sent),
+            reports.context_numbers(turn, outcome).to_json(),
             self._shapes.changed(turn),
         )
         if self._compactor.has_turn_end_hooks:
@@ -183,6 +189,10 @@ class ProxyService:
         messages = turn.request.messages
         hashes = [turn.digests.of(message).hex() for message in messages]
         await self.memory.archive(turn.tenant, turn.session, messages, hashes)
+
+    def counter_for(self, model: str | None) -> TokenCounter:
+        """The token counter requests for `model` are counted with."""
+        return self._turns.counter(model)
 
     def tenant_of(self, credentials: Headers) -> str:
         """The tenant a caller with `credentials` acts as."""

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from proxy.adapters.store import Store
 from proxy.core import jsoncodec
+from proxy.core.breakdown import breakdown
 from proxy.core.messages import Message
 from proxy.core.request import ChatRequest
 from proxy.core.session import (
@@ -108,9 +109,12 @@ class Operator:
         """The session's numbers, its last context report, compactions and timeline."""
         state = await self._state(ref)
         timeline = await self._store.timeline(ref.tenant, ref.id)
+        context = state.last_context
+        if context is not None and context.get("breakdown") is None:
+            context = {**context, **await self._breakdown(ref, state)}
         return {
             **summary(ref, state),
-            "context": state.last_context,
+            "context": context,
             "history": [record.to_json() for record in state.history],
             "timeline": [point.to_json() for point in timeline],
         }
@@ -189,6 +193,16 @@ class Operator:
         await self._state(ref)
         await self.clear(ref)
         await self._store.delete_session(ref.tenant, ref.id)
+
+    async def _breakdown(self, ref: SessionRef, state: SessionState) -> dict[str, Any]:
+        """The forwarded view's tokens by category, counted now (the request path keeps only
+        the numbers: counting by category walks every message)."""
+        messages = await self.messages(ref, "forwarded")
+        if not messages:
+            return {}
+        shape = await self._store.last_request(ref.tenant, ref.id) or {"model": state.model}
+        counted = breakdown(messages, shape, self._turns.counter(state.model))
+        return {"tokens": counted.total, "breakdown": counted.as_dict()}
 
     async def _state(self, ref: SessionRef) -> SessionState:
         state = await self._store.load_session(ref.tenant, ref.id)

@@ -58,7 +58,9 @@ class ContextReport(_Shape):
         description="Provider tokens per token of our count, learned from `usage`."
     )
     tokens: int = Field(description="Our count of the forwarded request (before calibration).")
-    breakdown: Breakdown
+    breakdown: Breakdown | None = Field(
+        description="By category; null when the session's archive has expired."
+    )
 
 
 class CompactionRecord(_Shape):

@@ -74,6 +74,11 @@ def service(app: FastAPI) -> ProxyService:
     return service
 
 
+def last_calibration(detail: dict[str, Any]) -> float:
+    calibration: float = detail["context"]["calibration"]
+    return calibration
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
@@ -129,14 +134,19 @@ async def test_no_credential_is_401_and_config_needs_the_admin(
 async def test_detail_reports_breakdown_history_and_timeline(
     app: FastAPI, api: httpx.AsyncClient, upstream: MockUpstream
 ) -> None:
-    await converse(app, "sk-alice", 6, "alice")
+    history = await converse(app, "sk-alice", 8, "alice")
     [row] = await sessions(api, "sk-alice")
     detail = (
         await api.get(f"/v1/compaction/sessions/{row['id']}", headers=bearer("sk-alice"))
     ).json()
-    assert detail["turns"] == 6
-    assert len(detail["timeline"]) == 6
-    assert [p["turn"] for p in detail["timeline"]] == [1, 2, 3, 4, 5, 6]
+    assert detail["turns"] == 8
+    assert len(detail["timeline"]) == 8
+    assert [p["turn"] for p in detail["timeline"]] == list(range(1, 9))
+    # What the client sent on the last turn, counted whole although a checkpoint was applied.
+    last = detail["timeline"][-1]
+    counted = service(app).counter_for(MODEL).messages(history[:-1])
+    assert abs(last["tokens_before"] - counted * last_calibration(detail)) <= 2
+    assert last["tokens_after"] < last["tokens_before"]
     compacted = [p for p in detail["timeline"] if p["action"] != "none"]
     assert compacted, detail["timeline"]
     assert detail["compactions"] == len(detail["history"]) >= 1
