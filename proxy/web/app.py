@@ -105,9 +105,10 @@ def create_app(
     app.add_exception_handler(RequestValidationError, routes.validation_error)
     app.add_middleware(RequestCounter, metrics=metrics)
     app.state.metrics = metrics
+    app.router.routes.insert(0, routes.CHAT_ROUTE)
     app.include_router(admin.router)
     app.router.routes.extend(DASHBOARD_ROUTES)
-    app.router.routes.extend(routes.ROUTES)
+    app.router.routes.extend(routes.ROUTES)  # the /v1 catch-all after the session API
     return app
 
 

@@ -61,8 +61,9 @@ async def metrics(request: Request) -> Response:
 # per-route machinery (dependency solving, response models) had nothing to do here but still
 # cost about a sixth of the proxy's CPU when profiled. FastAPI serves the routes that do
 # validate input (the operator API).
+CHAT_ROUTE = Route("/v1/chat/completions", chat_completions, methods=["POST"])
+"""Matched before every other route: it serves nearly all the traffic."""
 ROUTES: list[BaseRoute] = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/{path:path}", passthrough, methods=_ALL_METHODS),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
