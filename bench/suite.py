@@ -147,9 +147,12 @@ async def _overhead_part(
             progress=progress,
         )  # fmt: skip
         await _overhead(run, stack, specs, progress)
-        if size.profile_seconds and not args.no_profile and py_spy() is not None:
-            progress.step("profiling the missed targets")
-            await _profiles(run, stack, specs, size.profile_seconds, out)
+        if size.profile_seconds and not args.no_profile:
+            if py_spy() is None:
+                run.problems.append("no profiles: py-spy is missing (the `bench` extra has it)")
+            else:
+                progress.step("profiling the missed targets")
+                await _profiles(run, stack, specs, size.profile_seconds, out)
 
 
 async def _run(args: argparse.Namespace, run: Run) -> None:
