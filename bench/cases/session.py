@@ -35,6 +35,7 @@ from bench.progress import Progress
 from bench.stack import proxy_command
 from proxy.adapters.tokenizer import Encoders
 from proxy.core.tokens import O200K_BASE, ApproximateEncoder, TokenCounter
+from proxy.demo.streams import StreamedMessage
 from proxy.mock_upstream import AgentScript, MockUpstream, Recorded, SummaryQuality
 from proxy.mock_upstream.summarizer import summarize
 
@@ -165,26 +166,10 @@ class _Client:
 
 
 async def _assemble(stream: openai.AsyncStream[Any]) -> dict[str, Any]:
-    content, calls = "", dict[int, dict[str, str]]()
+    streamed = StreamedMessage()
     async for chunk in stream:
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        content += delta.content or ""
-        for part in delta.tool_calls or []:
-            entry = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
-            entry["id"] = part.id or entry["id"]
-            if part.function:
-                entry["name"] += part.function.name or ""
-                entry["arguments"] += part.function.arguments or ""
-    message: dict[str, Any] = {"role": "assistant", "content": content or None}
-    if calls:
-        message["tool_calls"] = [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in calls.values()
-        ]  # fmt: skip
-    return message
+        streamed.add(chunk)
+    return streamed.message()
 
 
 @asynccontextmanager

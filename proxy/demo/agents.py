@@ -18,6 +18,7 @@ import openai
 from openai.types import CompletionUsage
 
 from proxy.core.tokens import TokenCounter
+from proxy.demo.streams import StreamedMessage
 from proxy.demo.workload import MODEL, TOOLS, facts, tool_output, user_message
 
 JSON = dict[str, Any]
@@ -193,25 +194,7 @@ def _more_telling(current: Exchange | None, new: Exchange) -> Exchange:
 
 async def _assemble(stream: openai.AsyncStream[Any]) -> tuple[JSON, CompletionUsage | None]:
     """A streamed answer as the message it adds up to, and the usage of its last chunk."""
-    content, usage = "", None
-    calls: dict[int, dict[str, str]] = {}
+    streamed = StreamedMessage()
     async for chunk in stream:
-        usage = chunk.usage or usage
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        content += delta.content or ""
-        for part in delta.tool_calls or []:
-            entry = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
-            entry["id"] = part.id or entry["id"]
-            if part.function:
-                entry["name"] += part.function.name or ""
-                entry["arguments"] += part.function.arguments or ""
-    message: JSON = {"role": "assistant", "content": content or None}
-    if calls:
-        message["tool_calls"] = [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in calls.values()
-        ]  # fmt: skip
-    return message, usage
+        streamed.add(chunk)
+    return streamed.message(), streamed.usage

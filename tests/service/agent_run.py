@@ -14,6 +14,7 @@ from typing import Any
 
 import openai
 
+from proxy.demo.streams import StreamedMessage
 from proxy.mock_upstream import AgentScript, MockUpstream, Recorded
 
 TOOLS: list[Any] = [
@@ -82,26 +83,12 @@ class AgentRun:
             completion = await self.sdk.chat.completions.create(**params)
             message: dict[str, Any] = completion.choices[0].message.model_dump(exclude_none=True)
             return message
-        content, calls = "", dict[int, dict[str, str]]()
+        streamed = StreamedMessage()
         async for chunk in await self.sdk.chat.completions.create(**params, stream=True):
             if not chunk.choices:
                 raise AssertionError("a usage chunk reached a client that did not ask for it")
-            delta = chunk.choices[0].delta
-            content += delta.content or ""
-            for part in delta.tool_calls or []:
-                entry = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
-                entry["id"] = part.id or entry["id"]
-                if part.function:
-                    entry["name"] += part.function.name or ""
-                    entry["arguments"] += part.function.arguments or ""
-        message = {"role": "assistant", "content": content or None}
-        if calls:
-            message["tool_calls"] = [
-                {"id": c["id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in calls.values()
-            ]  # fmt: skip
-        return message
+            streamed.add(chunk)
+        return streamed.message()
 
 
 def chat_requests(upstream: MockUpstream) -> list[Recorded]:
