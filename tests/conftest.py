@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ from fastapi import FastAPI
 from proxy.mock_upstream import MockUpstream
 from proxy.settings import Settings
 from proxy.web import create_app
+from tests.redis_server import RedisServer
 from tests.servers import serve
 
 
@@ -51,3 +53,14 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
         yield http
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server (its own socket, never a shared one), stopped afterwards."""
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -19,7 +19,6 @@ import pytest
 
 from proxy.core.messages import Message
 from tests.e2e.conversation import RunReport
-from tests.redis_server import RedisServer
 from tests.servers import free_port
 
 ENABLE = "COMPACTION_PROXY_REAL_LLM"
@@ -131,17 +130,6 @@ def _wait_for_models(process: subprocess.Popen[bytes], base_url: str, log: Path)
             pass
         time.sleep(0.2)
     raise RuntimeError(f"llama.cpp's server did not answer /v1/models in {_START_TIMEOUT_S} s")
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A private redis-server for one run (the learned window and calibration included)."""
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
