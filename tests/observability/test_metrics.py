@@ -20,6 +20,7 @@ from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.observability.scrape import scrape, total, value
 from tests.servers import free_port, serve
+from tests.service.test_replicas import long_chat
 
 CHAT = "/v1/chat/completions"
 MODEL = "mock-model"
@@ -40,15 +41,6 @@ WORDS = "the build failed again on the staging cluster while the queue kept grow
 
 def hello(**extra: Any) -> dict[str, Any]:
     return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **extra}
-
-
-def long_chat(turns: int) -> list[dict[str, Any]]:
-    """A plain conversation of `turns` exchanges, each about a hundred tokens."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Plan the migration."}]
-    for i in range(turns):
-        messages.append({"role": "assistant", "content": f"Step {i}: " + "details " * 90})
-        messages.append({"role": "user", "content": f"Go on after step {i}."})
-    return messages
 
 
 @asynccontextmanager
