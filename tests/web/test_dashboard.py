@@ -24,18 +24,8 @@ from tests.browser import Tab, chromium_or_skip, headless_tab
 from tests.builders import assistant, system, user
 from tests.conftest import make_settings
 from tests.servers import serve
+from tests.web.test_admin import ADMIN, CONTEXT, MODEL, WINDOW, WORDS
 
-ADMIN = "dashboard-admin-token"
-MODEL = "mock-model"
-WINDOW = 6000
-CONTEXT = {
-    "context_window": WINDOW,
-    "output_reserved": 500,
-    "keep_recent": 2,
-    "cooldown_turns": 0,
-    "summary_max_tokens": 200,
-}
-WORDS = "the build failed again on the staging cluster while the queue kept growing "
 LONG = 60  # repetitions of WORDS in a user turn: a few turns fill the window
 SHORT = 2
 # Fields of the sessions table shown as integers with thousands separators.
