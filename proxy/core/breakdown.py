@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from proxy.core.messages import Message, is_instruction
-from proxy.core.summary import note_of
+from proxy.core.summary import detach_note, note_of
 from proxy.core.tool_results import is_cleared, is_tool_result
 
 
@@ -48,7 +48,14 @@ def breakdown(messages: Sequence[Message], body: Mapping[str, Any], counter: _Co
     """Count `messages` (and the request's tool schemas) by category."""
     totals = dict.fromkeys(("system", "summary", "messages", "tool_results", "placeholders"), 0)
     for message in messages:
-        totals[_category(message)] += counter.message(message)
+        restored, note = detach_note(message)
+        if note is not None:
+            # A note merged into a user message: its share is the summary's, the rest theirs.
+            own = counter.message(restored)
+            totals["summary"] += counter.message(message) - own
+            totals[_category(restored)] += own
+        else:
+            totals[_category(message)] += counter.message(message)
     # Reply priming: what `messages()` adds beyond the messages themselves.
     totals["messages"] += counter.messages([])
     return Breakdown(tools=counter.tools(body), **totals)

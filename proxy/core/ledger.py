@@ -337,6 +337,11 @@ def extract_facts(
     return _bounded(_first_seen(_found(messages)), max_facts, max_chars)
 
 
+def find_specifics(source: str) -> list[Fact]:
+    """The facts the fixed patterns find in one text (no constraints), in order, repeats kept."""
+    return [fact for _, fact in sorted(_pattern_facts(source), key=lambda found: found[0])]
+
+
 def missing_facts(facts: Iterable[Fact], summary: str) -> tuple[Fact, ...]:
     """The facts `summary` does not state, in their given order."""
     spaced = _SPACES.sub(" ", summary)

@@ -7,17 +7,33 @@
 - `NeedsSummary`: ask the summarizer with `request`, then call `complete(summary)` (or
   `fallback()` if the summarizer failed) to get the `Compacted` result.
 
-Layers run cheapest first and stop as soon as the conversation is under the target
-(`compaction_target`, below the trigger, so the new prefix lasts many turns):
+Budgets are shares of the usable input U (`proxy.core.budget`): compaction starts when the
+prompt passes `compression_trigger` x U and lands at or below `compaction_target` x U, so the
+new prefix lasts many requests (the gap between the two is what makes compactions rare). The
+compaction block, the one message standing for what was removed, has allowances that scale
+with U: the ledger of the user's own words, the summary (capped by `summary_max_tokens`) and
+the facts the summary lost. The recent window, kept whole, gets what the target leaves after
+the instructions, the tools, the pinned task and the block: at most `keep_recent` messages,
+whole units only (a tool call with all its results), the newest unit always.
+
+The strategy's layers run cheapest first and stop at the target:
 
 1. trim a single tool result over `tool_result_max_share` of the window;
-2. clear old tool results outside the recent window, oldest first;
-3. summarize the oldest unpinned units (the summary is rolling: an earlier one in the span
-   is folded in), checked against the span's fact ledger;
-4. truncate the oldest unpinned units, leaving one "[N earlier messages omitted]" marker.
+2. clear old tool results before the recent window;
+3. summarize everything before the recent window (rolling: the previous summary is folded in),
+   the summary checked against the span's fact ledger;
+4. truncate the oldest units.
 
-`context.strategy` picks one layer alone instead of all (`auto`). With
-`max_context_turns`, turns older than the budget first shrink to their question and answer.
+`context.strategy` picks one layer alone instead of all (`auto`). With `max_context_turns`,
+turns older than the budget first shrink to their question and answer.
+
+Landing: when the strategy's layers leave the conversation above the target, a fixed order of
+reductions follows, each only while it is still above: clear old tool results, truncate
+everything before the recent window, let the pinned task go (its words go to the ledger), cut
+the newest unit's tool results to head and tail. Last, and only to fit the usable input,
+never just to reach the target, the text of the newest messages is cut. The result names
+every step it took. Whatever a user (or a late instruction) said and a step removed is carried
+verbatim in the block's ledger (`proxy.core.statements`).
 """
 
 from __future__ import annotations
@@ -26,11 +42,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from proxy.core import statements as ledger
 from proxy.core.budget import Budget
-from proxy.core.ledger import extract_facts, with_missing_facts
+from proxy.core.ledger import appendix, extract_facts, missing_facts
 from proxy.core.messages import Message, is_instruction, role, tool_call_name
 from proxy.core.policy import ContextPolicy
 from proxy.core.splice import splice
+from proxy.core.statements import Statement
 from proxy.core.summary import (
     detach_note,
     marker,
@@ -43,8 +61,16 @@ from proxy.core.tool_results import clear, is_cleared, is_tool_result, is_trimme
 from proxy.core.turns import shrink_old_turns
 from proxy.core.units import Pins, Unit, group_units, is_well_formed, pins
 
-# What a marker or a summary message costs beyond its text (role, framing).
-_NOTE_OVERHEAD = 16
+# What a note costs beyond its parts (role, framing, its opening line).
+_NOTE_OVERHEAD = 48
+# The smallest allowances, for tiny windows: a ledger of a few rules, a summary of a few lines.
+LEDGER_FLOOR = 256
+SUMMARY_FLOOR = 128
+# A trimmed message keeps at least this many tokens: less than that is all note and no text.
+_MIN_CUT = 64
+_CUT_ATTEMPTS = 4
+# Steps that finish a landing; the strategy reported is the last step that is not one.
+_FINISHING = frozenset({"release_task", "trim_recent", "cap_recent"})
 
 
 class Counter(Protocol):
@@ -70,7 +96,33 @@ class Situation:
     turns_since_compaction: int | None = None
     """Turns since this conversation was last compacted; None if never."""
     force: bool = False
-    """Compact now whatever the pressure and cooldown (a manual `/compact`, a hook)."""
+    """Compact now whatever the pressure and cooldown (a manual `/compact`, a hook): every
+    layer then takes all it may, not just what reaches the target."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allowances:
+    """The token budget of one compaction, in our raw tokens."""
+
+    target: int
+    """Where the compaction lands (at or below)."""
+    limit: int
+    """The usable input U: nothing is forwarded above it when compaction can help it."""
+    ledger: int
+    summary: int
+    facts: int
+    """The appendix of facts the summary lost."""
+
+    @classmethod
+    def of(cls, budget: Budget, policy: ContextPolicy) -> Allowances:
+        """The allowances of a request with `budget` under `policy`."""
+        limit = budget.tokens_at(1.0)
+        ledger_size = max(min(LEDGER_FLOOR, limit // 4), int(limit * policy.ledger_share))
+        summary = min(
+            policy.summary_max_tokens, max(SUMMARY_FLOOR, int(limit * policy.summary_share))
+        )
+        target = budget.tokens_at(policy.compaction_target)
+        return cls(target, limit, ledger_size, summary, summary // 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +138,9 @@ class Compacted:
     tokens_before: int
     tokens_after: int
     fits: bool
-    """Whether the result fits the window (the plan did what it could if not)."""
+    """Whether the result fits the usable input (the plan did what it could if not)."""
+    steps: tuple[str, ...] = ()
+    """Every reduction used, in order (the strategy is the last one that is not a finish)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,31 +159,38 @@ class NeedsSummary:
     def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]:
         """The summarizer request for one part of the span (when it is summarized in parts,
         each part folds in the summary of the parts before it)."""
-        situation = self._eviction.work.situation
+        work = self._eviction.work
         return summary_request(
             part,
             previous=previous,
-            model=_model(situation.body),
-            max_tokens=situation.policy.summary_max_tokens,
+            model=_model(work.situation.body),
+            max_tokens=work.allowances.summary,
         )
 
     def complete(self, summary: str) -> Compacted:
         """The conversation with the span replaced by `summary` (plus what it lost)."""
         eviction = self._eviction
+        work = eviction.work
+        kept = eviction.ledger()
+        clipped = _clipped(summary, work.allowances.summary, work.counter.text)
         # The earlier summary's facts count too: a rolling summary that drops one loses it
         # for good, since the turns it came from are gone.
         sources = list(self.span)
         if self.previous:
-            sources.insert(0, {"role": "user", "content": self.previous})
-        checked = with_missing_facts(summary, extract_facts(sources))
-        tools = offered_tools(eviction.work.situation.body)
+            sources.insert(0, {"role": "assistant", "content": self.previous})
+        checked = _with_lost_facts(clipped, sources, kept, work)
+        tools = offered_tools(work.situation.body)
         note = summary_text(checked, condensed=len(self.span), tools=tools)
-        return eviction.apply(note, "summarize")
+        eviction.apply(note, "summarize", kept)
+        _land(work)
+        return work.result()
 
     def fallback(self) -> Compacted:
         """The conversation truncated instead (the summarizer failed or timed out)."""
         eviction = self._eviction
-        return eviction.apply(marker(len(self.span), eviction.previous), "truncate")
+        eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+        _land(eviction.work)
+        return eviction.work.result()
 
 
 Plan = Unchanged | Compacted | NeedsSummary
@@ -148,9 +209,8 @@ def plan_compaction(situation: Situation, counter: Counter) -> Plan:
         outcome = layer(work)
         if outcome is not None:
             return outcome
-    if work.changed:
-        return work.result(work.last_layer)
-    return Unchanged("nothing_to_remove", work.before)
+    _land(work)
+    return work.result() if work.steps else Unchanged("nothing_to_remove", work.before)
 
 
 def _reason_to_wait(situation: Situation, tokens: int) -> str | None:
@@ -171,34 +231,82 @@ def _reason_to_wait(situation: Situation, tokens: int) -> str | None:
 
 @dataclass(slots=True)
 class _Work:
-    """A conversation being compacted, layer after layer."""
+    """A conversation being compacted, step after step."""
 
     situation: Situation
     counter: Counter
     messages: list[Message]
-    changed: bool = False
-    last_layer: str = ""
+    steps: list[str] = field(default_factory=list)
     before: int = 0
     tools: int = 0
+    allowances: Allowances = field(init=False)
+    ledger_budget: int = 0
+    """The ledger's budget: what the ledger of everything that could leave costs, within
+    the allowance (a conversation whose user said little keeps a bigger recent window)."""
+    block_budget: int = 0
+    """The most the compaction block of this conversation can take."""
     units: tuple[Unit, ...] = ()
     pins: Pins = field(init=False)
+    pin_task: bool = True
     target_override: int | None = None
     """A fixed token target (the emergency plan's) instead of `compaction_target`'s."""
+    summarizes: bool | None = None
+    """Whether a summary may be written (None: as the strategy says)."""
 
     def __post_init__(self) -> None:
+        self.allowances = Allowances.of(self.situation.budget, self.situation.policy)
+        self.pin_task = self.situation.policy.pin_first_user
         self.tools = self.counter.tools(self.situation.body)
         self.before = self.total()
-        self._regroup()
+        self._size_block()
+        self.regroup()
 
-    def _regroup(self) -> None:
+    def _size_block(self) -> None:
+        allowances, count = self.allowances, self.counter.text
+        earlier: list[Statement] = []
+        said: list[Message] = []
+        summary = 0
+        for message in self.messages:
+            restored, note = detach_note(message)
+            note = note_of(message) or note
+            if note is not None:
+                without, statements = ledger.without_ledger(note)
+                earlier, summary = statements, count(without)
+            if note_of(message) is None:
+                said.append(restored)
+        everything = ledger.merged(earlier, ledger.statements_of(said))
+        chosen = ledger.selected(everything, allowances.ledger, count)
+        self.ledger_budget = ledger.cost(chosen, count)
+        summarizes = self.summarizes
+        if summarizes is None:
+            summarizes = self.situation.policy.strategy in ("auto", "summarize")
+        if summarizes:
+            tools = offered_tools(self.situation.body)
+            summary = max(summary, allowances.summary + allowances.facts + count(", ".join(tools)))
+        self.block_budget = self.ledger_budget + summary + _NOTE_OVERHEAD
+
+    def regroup(self) -> None:
         self.units = group_units(self.messages)
-        policy = self.situation.policy
-        self.pins = pins(
+        self.pins = self._pins(recent_tokens=None)
+        self.pins = self._pins(recent_tokens=self.recent_allowance())
+
+    def _pins(self, *, recent_tokens: int | None) -> Pins:
+        return pins(
             self.messages,
             self.units,
-            keep_recent=policy.keep_recent,
-            pin_first_user=policy.pin_first_user,
+            keep_recent=self.situation.policy.keep_recent,
+            pin_first_user=self.pin_task,
+            recent_tokens=recent_tokens,
+            count=self.counter.message,
         )
+
+    def recent_allowance(self) -> int:
+        """What the target leaves the recent window: the target less the instructions, the
+        tools, the pinned task and the compaction block's allowance."""
+        fixed = self.messages[: self.pins.head]
+        if self.pins.first_user is not None:
+            fixed = [*fixed, self.messages[self.pins.first_user]]
+        return self.target - self.counter.messages(fixed) - self.tools - self.block_budget
 
     def total(self) -> int:
         return self.counter.messages(self.messages) + self.tools
@@ -207,20 +315,32 @@ class _Work:
     def target(self) -> int:
         if self.target_override is not None:
             return self.target_override
-        return self.situation.budget.tokens_at(self.situation.policy.compaction_target)
+        return self.allowances.target
 
     def done(self) -> bool:
         return self.total() <= self.target
 
-    def update(self, messages: list[Message], layer: str) -> None:
+    def update(self, messages: list[Message], step: str) -> None:
         if messages != self.messages:
-            self.messages, self.changed, self.last_layer = messages, True, layer
-            self._regroup()
+            self.messages = messages
+            self.steps.append(step)
+            self.regroup()
 
-    def result(self, strategy: str) -> Compacted:
+    def result(self) -> Compacted:
         after = self.total()
         fits = self.situation.budget.fits(after)
-        return Compacted(self.messages, strategy, self.before, after, fits)
+        steps = tuple(self.steps)
+        # No step at all: a summary that came back no smaller than its span, so nothing changed.
+        fallback = steps[-1] if steps else "none"
+        strategy = next((s for s in reversed(steps) if s not in _FINISHING), fallback)
+        return Compacted(self.messages, strategy, self.before, after, fits, steps)
+
+    def outcome(self) -> Compacted | None:
+        """The result if the conversation has reached its target, else None (and always
+        None when forced: a forced compaction goes through every layer of its strategy)."""
+        if self.situation.force or not self.steps:
+            return None
+        return self.result() if self.done() else None
 
     def tool_name(self, index: int) -> str | None:
         """The name of the tool whose result is message `index`."""
@@ -231,14 +351,17 @@ class _Work:
         return None
 
 
+# --- The strategy's layers -------------------------------------------------------------------
+
+
 def _trim_layer(work: _Work) -> Plan | None:
     policy, budget = work.situation.policy, work.situation.budget
     cap = int(budget.context_window * policy.tool_result_max_share)
-    _cap_messages(work, cap, is_tool_result)
-    return work.result("trim_tool_results") if work.changed and work.done() else None
+    _cap_messages(work, cap, is_tool_result, "trim_tool_results")
+    return work.outcome()
 
 
-def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool]) -> None:
+def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool], step: str) -> None:
     messages = list(work.messages)
     for index, message in enumerate(work.messages):
         if not eligible(message) or is_trimmed(message):
@@ -250,7 +373,7 @@ def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool]) ->
             # A result barely over a small cap would grow by the note: keep it whole then.
             if work.counter.message(trimmed) < tokens:
                 messages[index] = trimmed
-    work.update(messages, "trim_tool_results")
+    work.update(messages, step)
 
 
 def _clear_layer(work: _Work) -> Plan | None:
@@ -258,8 +381,6 @@ def _clear_layer(work: _Work) -> Plan | None:
     # first cleared result on anyway, so clearing only what reaches the target would pay
     # that miss again a few turns later for the next few (Anthropic's context editing
     # `clear_at_least` answers the same trade-off).
-    if work.total() <= work.target:
-        return None
     messages = list(work.messages)
     for index in range(work.pins.recent):
         message = messages[index]
@@ -269,42 +390,39 @@ def _clear_layer(work: _Work) -> Plan | None:
             if work.counter.message(placeholder) < tokens:  # a short result stays whole
                 messages[index] = placeholder
     work.update(messages, "clear_tool_results")
-    return work.result("clear_tool_results") if work.changed and work.done() else None
+    return work.outcome()
 
 
 def _summarize_layer(work: _Work) -> Plan | None:
     # A summary condenses everything before the recent window, not just enough to reach
     # the target: the provider's prompt cache is lost from the span's start on either way,
-    # so a deeper summary costs no more cache and puts the next one many turns further off
-    # (in the benchmark's agent session, 2 summaries instead of 5, and a higher cache share).
-    policy = work.situation.policy
-    eviction = _Eviction.find(
-        work, note_tokens=policy.summary_max_tokens + _NOTE_OVERHEAD, target=0
-    )
+    # so a deeper summary costs no more cache and puts the next one many turns further off.
+    allowances = work.allowances
+    eviction = _Eviction.find(work, deep=True, note_tokens=allowances.summary + _NOTE_OVERHEAD)
     if eviction is None:
         return None
     request = summary_request(
         eviction.evicted,
         previous=eviction.previous,
         model=_model(work.situation.body),
-        max_tokens=policy.summary_max_tokens,
+        max_tokens=allowances.summary,
     )
     return NeedsSummary(request, eviction.evicted, eviction)
 
 
 def _truncate_layer(work: _Work) -> Plan | None:
-    eviction = _Eviction.find(work, note_tokens=_NOTE_OVERHEAD)
+    eviction = _Eviction.find(work, deep=work.situation.force, note_tokens=_NOTE_OVERHEAD)
     if eviction is None:
         return None
-    return eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+    eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+    return work.outcome()
 
 
 def _shrink_turns_layer(work: _Work) -> Plan | None:
     budget = work.situation.policy.max_context_turns
     if budget:
         work.update(shrink_old_turns(work.messages, budget, work.pins), "max_context_turns")
-        if work.changed and work.done():
-            return work.result("max_context_turns")
+        return work.outcome()
     return None
 
 
@@ -313,15 +431,110 @@ def _model(body: Mapping[str, Any]) -> str | None:
     return model if isinstance(model, str) else None
 
 
+# --- Landing ---------------------------------------------------------------------------------
+
+
+def _land(work: _Work) -> None:
+    """Bring `work` to its target by the fixed order of reductions, each only while it is
+    still above, as far as that is possible."""
+    for step in (_clear_rest, _truncate_rest, _release_task, _trim_recent, _cap_recent):
+        if work.done():
+            return
+        step(work)
+
+
+def _clear_rest(work: _Work) -> None:
+    _clear_layer(work)
+
+
+def _truncate_rest(work: _Work) -> None:
+    eviction = _Eviction.find(work, deep=True, note_tokens=0)
+    if eviction is not None:
+        eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+
+
+def _release_task(work: _Work) -> None:
+    """Let the pinned task go too: its words are then carried by the ledger."""
+    if work.pins.first_user is None or work.pins.first_user >= work.pins.recent:
+        return
+    work.pin_task = False
+    work.regroup()
+    eviction = _Eviction.find(work, deep=True, note_tokens=0)
+    if eviction is not None:
+        steps = len(work.steps)
+        eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+        if len(work.steps) > steps:
+            work.steps.append("release_task")
+
+
+def _trim_recent(work: _Work) -> None:
+    """Cut the newest unit's tool results to head and tail until the target is reached (or,
+    when the rest alone is over the target, until the conversation fits)."""
+    unit = work.units[-1]
+    results = [i for i in unit.indices() if is_tool_result(work.messages[i])]
+    if results:
+        _shrink(work, results, "trim_recent", work.target)
+
+
+def _cap_recent(work: _Work) -> None:
+    """Cut the text of the recent messages, largest first, only as far as fitting needs:
+    the user's own newest words are never cut just to reach a target."""
+    goal = work.target if work.target_override is not None else work.allowances.limit
+    if work.total() <= goal:
+        return
+    indices = [i for i in range(work.pins.recent, len(work.messages)) if _cappable(work, i)]
+    indices.sort(key=lambda i: -work.counter.message(work.messages[i]))
+    for index in indices:
+        if work.total() <= goal:
+            break
+        _shrink(work, [index], "cap_recent", goal)
+
+
+def _cappable(work: _Work, index: int) -> bool:
+    message = work.messages[index]
+    return (
+        not is_instruction(message)
+        and isinstance(message.get("content"), str)
+        and not is_trimmed(message)
+    )
+
+
+def _shrink(work: _Work, indices: list[int], step: str, goal: int) -> None:
+    """Cut messages `indices` to head and tail, sharing what `goal` leaves them equally (or
+    what fitting the usable input leaves, when the rest alone is over `goal`). A cut lands
+    near its size, not on it (characters per token vary along a text): a cut that overshoots
+    is made again from the original, smaller by the overshoot."""
+    originals = [work.messages[i] for i in indices]
+    own = sum(work.counter.message(m) for m in originals)
+    rest = work.total() - own
+    room = goal - rest if goal > rest else work.allowances.limit - rest
+    for _ in range(_CUT_ATTEMPTS):
+        cap = max(room // len(indices), _MIN_CUT)
+        messages = list(work.messages)
+        for index, original in zip(indices, originals, strict=True):
+            tokens = work.counter.message(original)
+            name = work.tool_name(index)
+            cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name)
+            if tokens > cap and work.counter.message(cut) < tokens:
+                messages[index] = cut
+        over = sum(work.counter.message(messages[i]) for i in indices) - room
+        if over <= 0 or cap == _MIN_CUT:
+            break
+        room -= over
+    work.update(messages, step)
+
+
+# --- Eviction --------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class _Eviction:
     """The oldest unpinned units to replace with one note, and the note they already had.
 
-    The span starts after the leading instructions and the pinned first user message and
-    never reaches into the recent window; when even all of that is not enough, all of it
-    goes. Instructions inside it are kept (after the note). An earlier note, standalone in
-    the span or merged into the first user message, is taken out and folded into the new one
-    instead of piling up.
+    The span starts after the leading instructions and the pinned task and never reaches
+    into the recent window. An earlier note, standalone in the span or merged into a user
+    message, is taken out and folded into the new one instead of piling up: its summary
+    becomes the previous summary, its ledger the start of the new ledger.
     """
 
     work: _Work
@@ -329,74 +542,128 @@ class _Eviction:
     start: int
     stop: int
     previous: str | None
+    earlier: tuple[Statement, ...]
+    """The ledger of the earlier note."""
+    task: Message | None
+    """The task message when the span holds it (its words rank as the task's)."""
 
     @property
     def evicted(self) -> tuple[Message, ...]:
-        span = self.messages[self.start : self.stop]
-        return tuple(m for m in span if not is_instruction(m) and note_of(m) is None)
+        """The span's messages, earlier notes apart."""
+        return tuple(m for m in self.messages[self.start : self.stop] if note_of(m) is None)
 
     @classmethod
-    def find(cls, work: _Work, *, note_tokens: int, target: int | None = None) -> _Eviction | None:
-        """The span to evict to bring `work` down to `target` (its own target when None)."""
-        messages, previous = _detached(work.messages, work.pins.first_user)
+    def find(cls, work: _Work, *, deep: bool, note_tokens: int) -> _Eviction | None:
+        """The span to evict: everything before the recent window when `deep`, else just
+        enough to bring `work` to its target. None when there is nothing to evict, or when
+        the span frees no more than `note_tokens` (the note would cost what it saves)."""
+        messages, previous, earlier = _detached(work)
         floor = work.pins.head
         if work.pins.first_user is not None:
             floor = max(floor, work.pins.first_user + 1)
         candidates = [u for u in work.units if u.start >= floor and u.stop <= work.pins.recent]
         if not candidates:
             return None
-        goal = work.target if target is None else target
-        need = work.counter.messages(messages) + work.tools - goal + note_tokens
+        # Earlier notes do not count as freed: the new note carries what they said.
         sizes = [
             sum(
                 work.counter.message(messages[i])
-                for i in unit.indices()
-                if not is_instruction(messages[i])  # kept, so not freed
+                for i in u.indices()
+                if note_of(messages[i]) is None
             )
-            for unit in candidates
+            for u in candidates
         ]
-        taken, freed = 0, 0
-        while taken < len(candidates) and freed < need:
-            freed += sizes[taken]
-            taken += 1
-        taken = _standalone_end(messages, candidates, taken, deep=target is not None)
-        freed = sum(sizes[:taken])
-        if freed <= note_tokens:
-            return None  # the note would cost as much as it saves
-        stop = candidates[taken - 1].stop
-        notes = [note_of(m) for m in messages[candidates[0].start : stop]]
-        previous = next((n for n in reversed(notes) if n is not None), previous)
-        eviction = cls(work, messages, candidates[0].start, stop, previous)
+        if deep:
+            taken = _given_back(work, messages, candidates, sizes)
+        else:
+            taken = _standalone_end(
+                messages, candidates, _enough(work, messages, sizes, note_tokens)
+            )
+        if sum(sizes[:taken]) <= note_tokens:
+            return None
+        start, stop = candidates[0].start, candidates[taken - 1].stop
+        users = (i for i in range(work.pins.head, len(messages)) if role(messages[i]) == "user")
+        first = next(users, None)
+        task = messages[first] if first is not None and start <= first < stop else None
+        eviction = cls(work, messages, start, stop, previous, tuple(earlier), task)
         # Only notes of earlier compactions to evict: nothing new to gain, and replacing a note
         # with a note would change the prefix for nothing.
         return eviction if eviction.evicted else None
 
-    def apply(self, note: str, strategy: str) -> Compacted:
-        span = self.messages[self.start : self.stop]
-        kept = [m for m in span if is_instruction(m)]
-        reduced = [*self.messages[: self.start], *kept, *self.messages[self.stop :]]
-        self.work.messages = splice(reduced, self.start, self.start, note).messages
-        return self.work.result(strategy)
+    def ledger(self) -> list[Statement]:
+        """The new note's ledger: the earlier one, then what the span's user said, in budget."""
+        work = self.work
+        said = ledger.statements_of(self.evicted, task=self.task)
+        everything = ledger.merged(self.earlier, said)
+        return ledger.selected(everything, work.ledger_budget, work.counter.text)
+
+    def apply(self, note: str, step: str, kept: list[Statement] | None = None) -> None:
+        """Replace the span with `note` and the ledger (`kept`, or this span's own)."""
+        block = ledger.with_ledger(note, self.ledger() if kept is None else kept)
+        reduced = [*self.messages[: self.start], *self.messages[self.stop :]]
+        messages = splice(reduced, self.start, self.start, block).messages
+        count = self.work.counter.messages
+        # A note as big as what it replaces would make the request no smaller: not worth it.
+        if count(messages) < count(self.work.messages):
+            self.work.update(messages, step)
 
 
-def _standalone_end(
-    messages: Sequence[Message], candidates: Sequence[Unit], taken: int, *, deep: bool
+def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens: int) -> int:
+    """How many of the oldest candidate units to take to bring `work` to its target."""
+    need = work.counter.messages(messages) + work.tools - work.target + note_tokens
+    need += work.ledger_budget
+    taken, freed = 0, 0
+    while taken < len(sizes) and freed < need:
+        freed += sizes[taken]
+        taken += 1
+    return max(taken, 1)
+
+
+def _detached(work: _Work) -> tuple[list[Message], str | None, list[Statement]]:
+    """`work.messages` with a note merged into a user message before the recent window taken
+    out, and the earlier note's summary part (or marker) and its ledger."""
+    messages = list(work.messages)
+    found: str | None = None
+    for index in range(work.pins.head, work.pins.recent):
+        standalone = note_of(messages[index])
+        if standalone is not None:
+            found = standalone
+            continue
+        restored, merged_note = detach_note(messages[index])
+        if merged_note is not None:
+            messages[index], found = restored, merged_note
+    if found is None:
+        return messages, None, []
+    previous, earlier = ledger.without_ledger(found)
+    return messages, previous, earlier
+
+
+def _given_back(
+    work: _Work, messages: list[Message], candidates: Sequence[Unit], sizes: list[int]
 ) -> int:
-    """How many of the `taken` units to evict so that the span ends right before a user
-    message, where possible: the note then stands alone between the task and that message
-    instead of being merged into the task, which would change the pinned prefix too.
+    """How many units a deep span takes: all of them, or fewer so that it ends right before
+    a user message (the note then stands alone instead of being merged into the task, which
+    would change the pinned prefix too), as long as the result still lands on the target."""
+    taken = len(candidates)
+    if _is_user_at(messages, candidates[-1].stop):
+        return taken
+    total = work.counter.messages(messages) + work.tools + work.block_budget
+    for fewer in range(taken - 1, 0, -1):
+        if total - sum(sizes[:fewer]) > work.target:
+            break
+        if _is_user_at(messages, candidates[fewer - 1].stop):
+            return fewer
+    return taken
 
-    One unit more does it for a span that only had to reach the target; a deep span (all it
-    could take) gives units back instead, down to the last user message it covers.
-    """
+
+def _standalone_end(messages: Sequence[Message], candidates: Sequence[Unit], taken: int) -> int:
+    """How many units to evict so that the span ends right before a user message, where one
+    unit more does it: the note then stands alone between the task and that message instead
+    of being merged into the task, which would change the pinned prefix too."""
     if _is_user_at(messages, candidates[taken - 1].stop):
         return taken
     if taken < len(candidates) and _is_user_at(messages, candidates[taken].stop):
         return taken + 1
-    if deep:
-        for fewer in range(taken - 1, 0, -1):
-            if _is_user_at(messages, candidates[fewer - 1].stop):
-                return fewer
     return taken
 
 
@@ -404,14 +671,43 @@ def _is_user_at(messages: Sequence[Message], index: int) -> bool:
     return index < len(messages) and role(messages[index]) == "user"
 
 
-def _detached(messages: list[Message], first_user: int | None) -> tuple[list[Message], str | None]:
-    """`messages` with a note merged into the first user message taken out, and the note."""
-    if first_user is None:
-        return messages, None
-    restored, note = detach_note(messages[first_user])
-    if note is None:
-        return messages, None
-    return [*messages[:first_user], restored, *messages[first_user + 1 :]], note
+# --- The summary's facts ---------------------------------------------------------------------
+
+
+def _clipped(summary: str, allowance: int, count: Callable[[str], int]) -> str:
+    """`summary` within `allowance` tokens: whole lines from the start (a summarizer that
+    ignores `max_tokens` must not push the compaction above its target)."""
+    if count(summary) <= allowance:
+        return summary
+    kept: list[str] = []
+    used = 0
+    for line in summary.splitlines():
+        used += count(line) + 1
+        if used > allowance:
+            break
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _with_lost_facts(
+    summary: str, sources: list[Message], kept: list[Statement], work: _Work
+) -> str:
+    """`summary` with the span's facts that neither it nor the ledger states appended
+    verbatim, within the facts allowance (the best-ranked facts first)."""
+    allowance, count = work.allowances.facts, work.counter.text
+    stated = "\n".join([summary, *(s.text for s in kept)])
+    chars = allowance * 4
+    while True:
+        lost = missing_facts(extract_facts(sources, max_chars=chars), stated)
+        text = appendix(lost)
+        if count(text) <= allowance or chars == 0:
+            break
+        chars //= 2
+    body = summary.rstrip()
+    return "\n\n".join(part for part in (body, text) if part)
+
+
+# --- The emergency plan ----------------------------------------------------------------------
 
 
 def plan_emergency(
@@ -426,22 +722,18 @@ def plan_emergency(
     """
     policy = situation.policy.replace(keep_recent=situation.policy.keep_recent // 2)
     hard = Situation(situation.messages, situation.body, policy, situation.budget, force=True)
-    work = _Work(hard, counter, list(situation.messages))
+    work = _Work(hard, counter, list(situation.messages), summarizes=False)
     if not is_well_formed(work.units):
         return Unchanged("malformed", work.before)
     work.target_override = _emergency_target(work, stated_limit)
+    work.regroup()
     budget = situation.budget
     cap = min(int(budget.context_window * policy.tool_result_max_share), work.target // 2)
-    _cap_messages(work, max(cap, 1), _cappable)
-    for layer in (_clear_layer, _truncate_layer):
-        if work.done():
-            break
-        outcome = layer(work)
-        if isinstance(outcome, Compacted):
-            return replace(outcome, strategy="emergency")
-    if not work.changed:
+    _cap_messages(work, max(cap, 1), _emergency_cappable, "emergency")
+    _land(work)
+    if not work.steps:
         return Unchanged("nothing_to_remove", work.before)
-    return replace(work.result("emergency"), strategy="emergency")
+    return replace(work.result(), strategy="emergency")
 
 
 def _emergency_target(work: _Work, limit: int | None) -> int:
@@ -455,7 +747,7 @@ def _emergency_target(work: _Work, limit: int | None) -> int:
     return target
 
 
-def _cappable(message: Message) -> bool:
+def _emergency_cappable(message: Message) -> bool:
     # Instructions are never cut; multimodal content is not flattened to text.
     return is_tool_result(message) or (
         not is_instruction(message) and isinstance(message.get("content"), str)

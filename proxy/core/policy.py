@@ -35,11 +35,21 @@ class ContextPolicy:
 
     context_window: int | None = None
     output_reserved: int = 4096
+    """The output reserved when a request states none (capped at a quarter of the window)."""
+    safety_margin: float = 0.03
+    """Share of the window kept free for the error of our token estimate."""
     strategy: Strategy = "auto"
     keep_recent: int = 10
-    compression_trigger: float = 0.75
-    compaction_target: float = 0.5
+    """The most messages the recent window keeps (it is also bounded in tokens)."""
+    compression_trigger: float = 0.85
+    """Compact when the prompt passes this share of the usable input."""
+    compaction_target: float = 0.45
+    """Every compaction lands at or below this share of the usable input."""
     summary_max_tokens: int = 1024
+    """The summary's cap; within it the summary gets `summary_share` of the usable input."""
+    summary_share: float = 0.06
+    ledger_share: float = 0.10
+    """Share of the usable input the verbatim ledger of the user's words may take."""
     auto_compact: bool = True
     tool_result_max_share: float = 0.5
     cooldown_turns: int = 2

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.core.messages import Message, is_instruction, role
+from proxy.core.summary import opening_note
 
 _SIDES = ("user", "assistant")
 
@@ -44,7 +45,7 @@ def splice(messages: Sequence[Message], start: int, stop: int, note: str) -> Spl
         return Spliced([*head, *tail], stop)
     # Only instructions (or an assistant) before, a user message after: the note opens it.
     between = list(messages[stop:following])
-    merged = merge_text(messages[following], note, first=True)
+    merged = merge_text(messages[following], opening_note(note), first=True)
     return Spliced([*head, *between, merged, *messages[following + 1 :]], following + 1)
 
 

@@ -30,6 +30,11 @@ _NOTE = re.compile(
     r"\d+ earlier messages omitted\]))"
 )
 
+# Closes a note that opens a user message (merged in front of it when no role could stand
+# between the instructions and that message), so the note can be taken out again exactly.
+NOTE_END = "[End of the condensed turns; the conversation continues.]"
+_OPENING_NOTE_END = "\n\n" + NOTE_END
+
 SECTIONS = (
     "Goal",
     "User constraints and preferences (verbatim)",
@@ -76,16 +81,32 @@ def _summary_part(note: str | None) -> str | None:
     return note[note.index(SUMMARY_PREFIX) :]
 
 
+def opening_note(note: str) -> str:
+    """`note` as it opens a user message (see `NOTE_END`)."""
+    return note + _OPENING_NOTE_END
+
+
 def detach_note(message: Message) -> tuple[Message, str | None]:
-    """`message` without the note the proxy merged into it, and that note (None if none)."""
+    """`message` without the note the proxy merged into it, and that note (None if none).
+
+    A note is merged at the end of a user message, or opens one (closed by `NOTE_END`).
+    """
     content = message.get("content")
     if isinstance(content, str):
         match = _NOTE.search(content)
-        if match is None or match.start() == 0:
+        if match is None:
             return message, None
+        if match.start() == 0:
+            note, found, rest = content.partition(_OPENING_NOTE_END + "\n\n")
+            return ({**message, "content": rest}, note) if found else (message, None)
         return {**message, "content": content[: match.start()]}, content[match.start() + 2 :]
-    if isinstance(content, list) and content and _is_note_part(content[-1]):
-        return {**message, "content": content[:-1]}, content[-1]["text"]
+    if isinstance(content, list) and content:
+        if _is_note_part(content[-1]):
+            return {**message, "content": content[:-1]}, content[-1]["text"]
+        first = content[0]
+        if _is_note_part(first) and first["text"].endswith(_OPENING_NOTE_END):
+            note = first["text"].removesuffix(_OPENING_NOTE_END)
+            return {**message, "content": content[1:]}, note
     return message, None
 
 
@@ -98,9 +119,10 @@ def _is_note_part(part: object) -> bool:
 
 
 def note_of(message: Message) -> str | None:
-    """The note a standalone proxy message carries (a summary or a marker), if it is one."""
+    """The note a standalone proxy message carries (a summary or a marker), if it is one
+    (a user message a note opens is not: `detach_note` takes that note out)."""
     body = text(message)
-    return body if _NOTE.match(body) else None
+    return body if _NOTE.match(body) and _OPENING_NOTE_END + "\n\n" not in body else None
 
 
 def summary_request(
@@ -169,7 +191,7 @@ def summary_text(summary: str, *, condensed: int, tools: Sequence[str]) -> str:
     return (
         f"{SUMMARY_PREFIX}: {condensed} messages were replaced by this summary to keep the "
         "conversation inside the model's context window. Continue from it; ask the user "
-        f"if something you need is missing.]\n\n{summary.strip()}{reminder}"
+        f"if something you need is missing.]\n\n{summary.strip() or '- none'}{reminder}"
     )
 
 

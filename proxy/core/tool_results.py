@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from proxy.core.ledger import find_specifics
 from proxy.core.messages import Message, role, text
 
 CountText = Callable[[str], int]
@@ -29,6 +30,11 @@ _RESULT_ROLES = frozenset({"tool", "function"})
 # When cutting text, the head gets this share of what is kept: the start of a file or log
 # usually says what it is, the end says how it finished.
 _HEAD_SHARE = 0.6
+# A cleared result keeps the names it mentioned (ids, hashes, versions, paths, URLs): the
+# model can still refer to them, and ask for them again by name. Bounded per placeholder.
+_KEPT_KINDS = frozenset({"identifier", "hash", "path", "url", "email"})
+MAX_KEPT_NAMES = 6
+MAX_KEPT_CHARS = 240
 
 
 def is_tool_result(message: Message) -> bool:
@@ -46,10 +52,33 @@ def is_trimmed(message: Message) -> bool:
 
 
 def clear(message: Message, tool_name: str | None, tokens: int) -> Message:
-    """The result replaced by a one-line placeholder naming the tool and the size cleared."""
+    """The result replaced by a one-line placeholder naming the tool, the size cleared and
+    the first few identifiers the result mentioned (verbatim)."""
     name = tool_name or message.get("name") or "tool"
-    note = f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here; call it again if needed]"
+    names = kept_names(text(message))
+    mentioned = f"; it mentioned {', '.join(names)}" if names else ""
+    note = (
+        f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here{mentioned}; "
+        "call it again if needed]"
+    )
     return {**message, "content": note}
+
+
+def kept_names(body: str) -> list[str]:
+    """The distinct identifiers, hashes, paths and URLs of `body`, first seen first, within
+    `MAX_KEPT_NAMES` and `MAX_KEPT_CHARS`."""
+    kept: list[str] = []
+    used = 0
+    for fact in find_specifics(body):
+        if fact.kind not in _KEPT_KINDS or fact.text in kept:
+            continue
+        if used + len(fact.text) > MAX_KEPT_CHARS:
+            continue
+        kept.append(fact.text)
+        used += len(fact.text)
+        if len(kept) == MAX_KEPT_NAMES:
+            break
+    return kept
 
 
 def trim(message: Message, *, max_tokens: int, count: CountText, tool_name: str | None) -> Message:

@@ -20,7 +20,7 @@ the upstream's to judge, so it is forwarded as it came, never silently repaired.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from proxy.core.messages import Message, answers, has_function_call, is_instruction, role
@@ -128,21 +128,32 @@ class Pins:
 
 
 def pins(
-    messages: Sequence[Message], units: Sequence[Unit], *, keep_recent: int, pin_first_user: bool
+    messages: Sequence[Message],
+    units: Sequence[Unit],
+    *,
+    keep_recent: int,
+    pin_first_user: bool,
+    recent_tokens: int | None = None,
+    count: Callable[[Message], int] | None = None,
 ) -> Pins:
     """The pinned messages: leading instructions, first user message, the recent window.
 
     The recent window is the last `keep_recent` messages rounded out to whole units, so a
-    tool exchange straddling the boundary is kept entirely.
+    tool exchange straddling the boundary is kept entirely. With `recent_tokens` (and the
+    `count` of one message) it is also bounded in tokens: the cut moves forward over whole
+    units until the window fits, but never past the newest unit, which is always kept.
     """
     head = 0
     while head < len(messages) and is_instruction(messages[head]):
         head += 1
     first_user = next((i for i in range(head, len(messages)) if role(messages[i]) == "user"), None)
+    recent = _recent_start(units, len(messages), keep_recent)
+    if recent_tokens is not None and count is not None and recent < len(messages):
+        recent = _bounded_start(messages, units, recent, recent_tokens, count)
     return Pins(
         head=head,
         first_user=first_user if pin_first_user else None,
-        recent=_recent_start(units, len(messages), keep_recent),
+        recent=recent,
         instructions=frozenset(i for i, m in enumerate(messages) if is_instruction(m)),
     )
 
@@ -153,3 +164,24 @@ def _recent_start(units: Sequence[Unit], total: int, keep_recent: int) -> int:
         if unit.start <= boundary < unit.stop:
             return unit.start
     return total
+
+
+def _bounded_start(
+    messages: Sequence[Message],
+    units: Sequence[Unit],
+    start: int,
+    budget: int,
+    count: Callable[[Message], int],
+) -> int:
+    """The start of the longest run of whole units from the end, at or after `start`,
+    that fits `budget` tokens; the newest unit's start when even that one does not."""
+    recent = units[-1].start
+    used = sum(count(messages[i]) for i in units[-1].indices())
+    for unit in reversed(units[:-1]):
+        if unit.start < start:
+            break
+        used += sum(count(messages[i]) for i in unit.indices())
+        if used > budget:
+            break
+        recent = unit.start
+    return recent

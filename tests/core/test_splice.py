@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from proxy.core.messages import Message
 from proxy.core.splice import merge_text, splice
+from proxy.core.summary import NOTE_END, detach_note
 from proxy.core.units import group_units
 from tests.builders import assistant, assistant_calls, image_user, system, tool_result, user
 from tests.core.alternation import same_role_pairs
@@ -69,14 +70,17 @@ def test_merges_into_previous_user_across_an_instruction() -> None:
 def test_opens_next_user_message_after_instructions() -> None:
     messages = [system(), assistant("old"), user("next"), assistant()]
     result = splice(messages, 1, 2, NOTE)
-    assert result.messages == [system(), user(f"{NOTE}\n\nnext"), assistant()]
+    opened = user(f"{NOTE}\n\n{NOTE_END}\n\nnext")
+    assert result.messages == [system(), opened, assistant()]
     assert result.resume == 3
+    # The note that opens a message is closed, so it can be taken out again exactly.
+    assert detach_note(opened) == (user("next"), NOTE)
 
 
 def test_opens_next_user_message_across_an_instruction() -> None:
     messages = [system(), system("second"), user("next")]
     result = splice(messages, 1, 1, NOTE)
-    assert result.messages == [system(), system("second"), user(f"{NOTE}\n\nnext")]
+    assert result.messages == [system(), system("second"), user(f"{NOTE}\n\n{NOTE_END}\n\nnext")]
     assert result.resume == 3
 
 
