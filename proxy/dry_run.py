@@ -1,8 +1,12 @@
 """`compaction-proxy inspect`: what the proxy would do with one request, without sending it.
 
-Reads a chat completion body from a file, counts it the way the proxy does, runs the same
-compaction plan, and reports the token breakdown, the pressure and the messages that would
-be forwarded. The summary layer needs an LLM: with `--summary-url` the summarizer is called
+Reads a chat completion body from a file, counts it the way the proxy does, decides the
+model's window and budget by the same rules as `serve` (`proxy.core.windows.decide_window`,
+`proxy.core.budget.request_budget`: when nothing explicit or well known gives the window,
+the configured upstream's `/v1/models` is asked, as `serve` does), runs the same compaction
+plan, and reports the token breakdown, the pressure and the messages that would be
+forwarded. A window `serve` learned from an overflow error lives in its store and is not
+known here. The summary layer needs an LLM: with `--summary-url` the summarizer is called
 for real (an OpenAI-compatible base URL); without it, the plan falls back to truncation, as
 the proxy does when its summarizer fails.
 """
@@ -19,18 +23,17 @@ import httpx
 
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core.breakdown import Breakdown, breakdown
-from proxy.core.budget import Budget, output_reserve
+from proxy.core.budget import request_budget
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
-from proxy.core.policy import ContextPolicy
 from proxy.core.request import ChatRequest, parse_chat_request
 from proxy.core.summary import completion_text
 from proxy.core.tokens import TokenCounter
-from proxy.core.windows import known_window
+from proxy.core.windows import Window, decide_window, needs_detection, window_in
 from proxy.errors import InvalidRequestError
 from proxy.settings import Settings
 
-# The window assumed when nothing says what the model's is (documented in the README).
-FALLBACK_WINDOW = 128_000
+# How long `inspect` waits for the upstream's `/v1/models`.
+MODELS_TIMEOUT_S = 10.0
 
 
 class DryRunError(Exception):
@@ -80,9 +83,14 @@ def inspect_file(path: Path, settings: Settings, options: Options) -> Report:
     policy = settings.model_policies().for_model(request.model)
     if options.strategy:
         policy = policy.replace(strategy=options.strategy)
-    window, source = _window(request.model, policy, options)
+    window = _window(request.model, settings, options)
     counter = TokenCounter(load_encoders().for_model(request.model))
-    budget = Budget(window, min(output_reserve(request.body, policy.output_reserved), window - 1))
+    budget = request_budget(
+        window.tokens,
+        request.body,
+        output_reserved=policy.output_reserved,
+        margin_share=policy.safety_margin,
+    )
     situation = Situation(request.messages, request.body, policy, budget, force=options.force)
     plan = plan_compaction(situation, counter)
     notes: list[str] = []
@@ -93,8 +101,8 @@ def inspect_file(path: Path, settings: Settings, options: Options) -> Report:
     after = breakdown(forwarded, request.body, counter)
     return Report(
         model=request.model,
-        window=window,
-        window_source=source,
+        window=window.tokens,
+        window_source=window.source,
         output_reserve=budget.output_reserve,
         before=before,
         after=after,
@@ -118,15 +126,31 @@ def _read(path: Path) -> ChatRequest:
         raise DryRunError(f"{path} is not a chat completion request: {exc.message}") from exc
 
 
-def _window(model: str | None, policy: ContextPolicy, options: Options) -> tuple[int, str]:
+def _window(model: str | None, settings: Settings, options: Options) -> Window:
     if options.context_window:
-        return options.context_window, "--context-window"
-    if policy.context_window:
-        return policy.context_window, "configuration"
-    known = known_window(model)
-    if known:
-        return known, "known models table"
-    return FALLBACK_WINDOW, "default (model not known; set --context-window)"
+        return Window(options.context_window, "--context-window")
+    policies = settings.model_policies()
+    configured = policies.configured_window(model)
+    context_window = policies.default.context_window
+    reported = None
+    if model and needs_detection(configured=configured, context_window=context_window, model=model):
+        reported = _reported_window(model, settings)
+    return decide_window(
+        model, configured=configured, context_window=context_window, reported=reported
+    )
+
+
+def _reported_window(model: str, settings: Settings) -> int | None:
+    """What the configured upstream's `/v1/models` says of `model` (None when it says
+    nothing or cannot be reached: the default then applies, as in `serve`)."""
+    key = settings.upstream.api_key
+    headers = {"authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    url = settings.upstream.base_url + "/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=MODELS_TIMEOUT_S)
+    except httpx.HTTPError:
+        return None
+    return window_in(response.content, model) if response.status_code == 200 else None
 
 
 def _summarized(

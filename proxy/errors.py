@@ -10,7 +10,8 @@ The tree::
 
     ProxyError                       500 server_error
     ├── InvalidRequestError          400 invalid_request_error
-    │   └── RequestTooLargeError     413 invalid_request_error / request_too_large
+    │   ├── RequestTooLargeError     413 invalid_request_error / request_too_large
+    │   └── ContextLengthExceededError  400 invalid_request_error / context_length_exceeded
     ├── UpstreamError                502 upstream_error
     │   ├── UpstreamUnreachableError 502 upstream_error / upstream_unreachable
     │   └── UpstreamTimeoutError     504 upstream_error / upstream_timeout
@@ -59,6 +60,13 @@ class RequestTooLargeError(InvalidRequestError):
 
     status_code = 413
     default_code = "request_too_large"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    """Even compacted as far as it can be, the request is over the model's window: answered
+    by the proxy in the provider's words rather than spending a round trip on a certain 400."""
+
+    default_code = "context_length_exceeded"
 
 
 class AuthenticationError(ProxyError):

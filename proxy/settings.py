@@ -142,11 +142,14 @@ class ContextSettings(_Section):
 
     context_window: int | None = Field(default=None, gt=0)
     output_reserved: int = Field(default=4096, ge=0)
+    safety_margin: float = Field(default=0.03, ge=0, lt=0.5)
     strategy: Strategy = "auto"
     keep_recent: int = Field(default=10, ge=0)
-    compression_trigger: float = Field(default=0.75, gt=0, le=1)
-    compaction_target: float = Field(default=0.5, gt=0, le=1)
+    compression_trigger: float = Field(default=0.85, gt=0, le=1)
+    compaction_target: float = Field(default=0.45, gt=0, le=1)
     summary_max_tokens: int = Field(default=1024, gt=0)
+    summary_share: float = Field(default=0.06, gt=0, lt=1)
+    ledger_share: float = Field(default=0.10, ge=0, lt=1)
     auto_compact: bool = True
     tool_result_max_share: float = Field(default=0.5, gt=0, le=1)
     cooldown_turns: int = Field(default=2, ge=0)
@@ -167,11 +170,14 @@ class ContextOverrides(_Section):
 
     context_window: int | None = Field(default=None, gt=0)
     output_reserved: int | None = Field(default=None, ge=0)
+    safety_margin: float | None = Field(default=None, ge=0, lt=0.5)
     strategy: Strategy | None = None
     keep_recent: int | None = Field(default=None, ge=0)
     compression_trigger: float | None = Field(default=None, gt=0, le=1)
     compaction_target: float | None = Field(default=None, gt=0, le=1)
     summary_max_tokens: int | None = Field(default=None, gt=0)
+    summary_share: float | None = Field(default=None, gt=0, lt=1)
+    ledger_share: float | None = Field(default=None, ge=0, lt=1)
     auto_compact: bool | None = None
     tool_result_max_share: float | None = Field(default=None, gt=0, le=1)
     cooldown_turns: int | None = Field(default=None, ge=0)

@@ -80,7 +80,7 @@ def test_under_the_trigger_nothing_happens(
     )
     code, out, _ = inspect(capsys, str(path))
     assert code == 0
-    assert "window: 128000 tokens (known models table)" in out
+    assert "window: 128000 tokens (known model)" in out
     assert "action: none (under_trigger)" in out
 
 

@@ -402,6 +402,18 @@ async def test_agent_answers_without_tools_on_offer(encoders: Encoders) -> None:
     assert reply["choices"][0]["message"]["content"] == "Done. The task is complete."
 
 
+async def test_agent_gives_its_answers_in_turn_when_it_has_several(encoders: Encoders) -> None:
+    script = AgentScript(calls=(), answers=("short", "longer answer"))
+    upstream = MockUpstream(agent=script, encoders=encoders)
+    async with running(upstream) as http:
+        replies = [
+            (await http.post("/chat/completions", json=chat(user(turn)))).json()
+            for turn in ("a", "b", "c")
+        ]
+    answers = [reply["choices"][0]["message"]["content"] for reply in replies]
+    assert answers == ["short", "longer answer", "short"]
+
+
 async def test_agent_makes_parallel_calls_until_script_runs_out(encoders: Encoders) -> None:
     calls = (("ls", "{}"), ("ls", '{"all": true}'), ("pwd", "{}"))
     script = AgentScript(calls=calls, parallel=2, cycle=False)

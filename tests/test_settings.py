@@ -146,7 +146,7 @@ def test_unreadable_file_is_config_error(tmp_path: Path) -> None:
 
 def test_target_must_stay_below_trigger(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="compaction_target must be below compression_trigger"):
-        load_settings(write(tmp_path, "context: {compaction_target: 0.8}\n"), environ={})
+        load_settings(write(tmp_path, "context: {compaction_target: 0.9}\n"), environ={})
     path = write(tmp_path, "models: {m: {compression_trigger: 0.4}}\n")
     with pytest.raises(ConfigError, match=r"models\.m: compaction_target"):
         load_settings(path, environ={})

@@ -28,25 +28,3 @@ def updated_calibration(current: float | None, *, estimated: int, reported: int)
     if current is None:
         return ratio
     return current + WEIGHT * (ratio - current)
-
-
-def resolve_window(
-    *,
-    configured: int | None,
-    known: int | None,
-    reported: int | None,
-    learned: int | None,
-    default: int,
-) -> tuple[int, str]:
-    """The model's window and where it came from.
-
-    The first of: the `models:` entry, the table of well-known models, the upstream's
-    `/v1/models`, the `context.context_window` default. A window learned from an overflow
-    error caps whichever it is: the provider saying "the maximum context length is N" is
-    harder evidence than any table (a deployment may serve a model with a smaller window).
-    """
-    candidates = ((configured, "configured"), (known, "known model"), (reported, "upstream"))
-    window, source = next(((w, s) for w, s in candidates if w), (default, "default"))
-    if learned and learned < window:
-        return learned, "learned from an overflow error"
-    return window, source

@@ -30,7 +30,9 @@ class AgentScript:
     agent asks for `rounds_per_turn` rounds of tool calls, `parallel` calls per round, taken
     from `calls` in order; then it answers `answer`. With `cycle`, the calls start over when
     they run out; without it the agent answers once they are used up. Call ids are
-    `call_agent_1`, `call_agent_2`, ... in the order the mock hands them out.
+    `call_agent_1`, `call_agent_2`, ... in the order the mock hands them out. With `answers`,
+    the answers are those, in turn (starting over when they run out), instead of `answer`:
+    benchmarks need replies of varied lengths.
     """
 
     calls: tuple[tuple[str, str], ...]
@@ -39,6 +41,7 @@ class AgentScript:
     parallel: int = 1
     cycle: bool = True
     answer: str = "Done. The task is complete."
+    answers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rounds_per_turn < 0 or self.parallel < 1:
@@ -53,6 +56,7 @@ class Agent:
     def __init__(self, script: AgentScript) -> None:
         self.script = script
         self.calls_made = 0
+        self.answers_given = 0
 
     def reply(self, body: Mapping[str, Any]) -> Reply:
         """The agent's next message for this request: tool calls, or its answer."""
@@ -60,7 +64,7 @@ class Agent:
             calls = self._next_calls()
             if calls:
                 return Reply(content=None, tool_calls=calls)
-        return Reply(content=self.script.answer)
+        return Reply(content=self._next_answer())
 
     def _rounds_left(self, body: Mapping[str, Any]) -> int:
         messages = body.get("messages")
@@ -69,6 +73,13 @@ class Agent:
         if not isinstance(messages[-1], dict) or role(messages[-1]) not in ("user", "tool"):
             return 0
         return self.script.rounds_per_turn - _rounds_this_turn(messages)
+
+    def _next_answer(self) -> str:
+        answers = self.script.answers
+        if not answers:
+            return self.script.answer
+        self.answers_given += 1
+        return answers[(self.answers_given - 1) % len(answers)]
 
     def _next_calls(self) -> tuple[ToolCall, ...]:
         script, calls = self.script, []

@@ -29,8 +29,8 @@ from proxy.core.commands import command_of
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.policy import ModelPolicies
 from proxy.core.request import ChatRequest, parse_chat_request
-from proxy.core.session import Checkpoint
 from proxy.core.tokens import TokenCounter
+from proxy.errors import ContextLengthExceededError
 from proxy.observability.metrics import Metrics
 from proxy.service import reports
 from proxy.service.access import Access
@@ -135,18 +135,20 @@ class ProxyService:
             return self._then(reply, lambda: self._archive(turn))
         found = turn.checkpoint  # the one the request came with; a compaction replaces it
         outcome = access.outcome = await self._compactor.before_forward(turn)
+        # What the client sent, counted whole even when a checkpoint stood in for part of it.
+        outcome.sent = self._sent.of(turn, found, outcome.tokens_before)
+        if outcome.tried and turn.budget.beyond_window(outcome.tokens_after):
+            raise _cannot_fit(turn, outcome)
         reply = await self._chat.forward(turn, outcome, access)
-        reply = self._then(reply, lambda: self._after(turn, outcome, found))
+        reply = self._then(reply, lambda: self._after(turn, outcome))
         return reply.with_headers(_compaction_headers(turn, outcome))
 
-    async def _after(self, turn: Turn, outcome: Outcome, found: Checkpoint | None) -> None:
+    async def _after(self, turn: Turn, outcome: Outcome) -> None:
         await self._archive(turn)
-        # The view before this turn's compaction, counted already: the request with `found`.
-        sent = self._sent.of(turn, found, outcome.tokens_before)
         await self.memory.record_turn(
             turn.tenant,
             turn.session,
-            reports.turn_point(turn, outcome, sent),
+            reports.turn_point(turn, outcome, outcome.sent),
             reports.context_numbers(turn, outcome).to_json(),
             self._shapes.changed(turn),
         )
@@ -242,10 +244,25 @@ class ProxyService:
         await self.settle()
 
 
+def _cannot_fit(turn: Turn, outcome: Outcome) -> ContextLengthExceededError:
+    budget = turn.budget
+    room = budget.context_window - budget.stated_output
+    asked = (
+        f" with the {budget.stated_output} output tokens requested" if budget.stated_output else ""
+    )
+    return ContextLengthExceededError(
+        f"This model's maximum context length is {budget.context_window} tokens. However, your "
+        f"messages resulted in about {budget.estimate(outcome.tokens_after)} tokens even after "
+        f"compaction-proxy compacted everything it could{asked} ({room} tokens are left for "
+        "the prompt). Please reduce the length of the messages, the tools or the instructions.",
+        param="messages",
+    )
+
+
 def _compaction_headers(turn: Turn, outcome: Outcome) -> list[tuple[str, str]]:
     headers = [
         ("x-compaction-applied", outcome.strategy or "none"),
-        ("x-compaction-tokens-before", str(turn.budget.estimate(outcome.tokens_before))),
+        ("x-compaction-tokens-before", str(turn.budget.estimate(outcome.sent))),
         ("x-compaction-tokens-after", str(turn.budget.estimate(outcome.tokens_after))),
         ("x-context-pressure", f"{turn.budget.pressure(outcome.tokens_after):.4f}"),
     ]

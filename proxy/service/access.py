@@ -140,7 +140,7 @@ class Access:
         }
         if turn is not None and outcome is not None:
             budget = turn.budget
-            fields["tokens_before"] = budget.estimate(outcome.tokens_before)
+            fields["tokens_before"] = budget.estimate(outcome.sent or outcome.tokens_before)
             fields["tokens_after"] = budget.estimate(outcome.tokens_after)
             fields["pressure"] = round(budget.pressure(outcome.tokens_after), 4)
         if self.log_content and request is not None:

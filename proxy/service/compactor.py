@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from proxy.adapters.summarizer import Summarizer, SummaryFailedError, SummaryResult
 from proxy.core import hooks
 from proxy.core.messages import Message, tool_calls
-from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, plan_compaction
+from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, Unchanged, plan_compaction
 from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
-from proxy.core.windows import known_window
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from proxy.service.turns import Turn
@@ -45,6 +44,10 @@ class Outcome:
     pressure: float
     strategy: str | None = None
     injected: list[Message] = field(default_factory=list)
+    sent: int = 0
+    """Our count of the request as the client sent it (before any checkpoint was applied)."""
+    tried: bool = False
+    """Whether the plan ran (not waiting under the trigger, off, or malformed)."""
 
     @property
     def forwarded(self) -> list[Message]:
@@ -81,10 +84,9 @@ class Compactor:
 
     async def compact_now(self, turn: Turn, outcome: Outcome, strategy: str | None) -> None:
         """The operator's `/compact`: everything but the pinned messages and the recent
-        window goes, however low the pressure (compacting to a target would leave a
-        conversation under it untouched)."""
-        action = hooks.CompactContext(strategy=strategy)
-        await self._compact(action, turn, outcome, trigger="manual", target=0.0)
+        window goes, however low the pressure (a forced plan takes all its layers allow)."""
+        action = hooks.CompactContext(strategy=strategy, force=True)
+        await self._compact(action, turn, outcome, trigger="manual")
 
     @property
     def has_turn_end_hooks(self) -> bool:
@@ -138,13 +140,11 @@ class Compactor:
         outcome: Outcome,
         *,
         trigger: str | None = None,
-        target: float | None = None,
     ) -> None:
         changes = {
             "strategy": action.strategy,
             "keep_recent": action.keep_recent,
             "summary_max_tokens": action.summary_max_tokens,
-            "compaction_target": target,
         }
         policy = turn.policy.replace(**{k: v for k, v in changes.items() if v is not None})
         situation = Situation(
@@ -156,10 +156,13 @@ class Compactor:
             force=action.force,
         )
         plan = plan_compaction(situation, turn.counter)
+        # Whether compaction had its chance: after it, a request still over the provider's
+        # window cannot be helped, and the proxy answers the overflow itself.
+        outcome.tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
         result, summary = await self._resolve(plan, turn)
         if isinstance(result, Checkpoint):
             _adopt(turn, result, outcome)
-        elif result is not None:
+        elif result is not None and result.steps:
             trigger = trigger or ("hook" if action.force else "pressure")
             await self.freeze(turn, result, trigger, outcome, summary)
 
@@ -191,7 +194,9 @@ class Compactor:
         return need.complete(summary.text), summary
 
     async def _summary(self, need: NeedsSummary, turn: Turn) -> SummaryResult:
-        window = known_window(turn.model) or turn.budget.context_window
+        # The request model's window, decided by the one rule; a brain with a model of its
+        # own sizes its parts by its own window (`summary_brain.context_window`, else known).
+        window = turn.budget.context_window
         started = time.perf_counter()
         failed = True
         try:

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
-from proxy.core.budget import Budget, output_reserve
-from proxy.core.calibration import resolve_window
+from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
@@ -33,15 +30,11 @@ from proxy.core.session import (
     view,
 )
 from proxy.core.tokens import TokenCounter
-from proxy.core.windows import known_window
+from proxy.core.windows import Window, decide_window, needs_detection, window_in
 from proxy.errors import UpstreamError
 from proxy.service.memory import Memory
 from proxy.service.replies import Incoming
 
-# The window assumed for a model nothing else tells about (`context.context_window: null`).
-DEFAULT_WINDOW = 128_000
-# Fields OpenAI-compatible servers use for a model's window in `/v1/models`.
-_WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
 _CREDENTIAL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
 
 
@@ -140,8 +133,14 @@ class Turns:
             self._state(tenant, session, model, count=count),
         )
         window = await self.window(model, credentials)
-        reserve = min(output_reserve(request.body, policy.output_reserved), window - 1)
         calibration = await self._memory.calibration(model) or 1.0
+        budget = request_budget(
+            window.tokens,
+            request.body,
+            output_reserved=policy.output_reserved,
+            margin_share=policy.safety_margin,
+            calibration=calibration,
+        )
         return Turn(
             request=request,
             incoming=incoming,
@@ -151,7 +150,7 @@ class Turns:
             body=body,
             hashes=hashes,
             policy=policy,
-            budget=Budget(window, reserve, calibration),
+            budget=budget,
             counter=self.counter(model).for_request(digests),
             state=state,
             checkpoint=checkpoint,
@@ -181,22 +180,23 @@ class Turns:
             self._counters[encoder.name] = TokenCounter(encoder)
         return self._counters[encoder.name]
 
-    async def window(self, model: str | None, credentials: Headers) -> int:
-        """The model's window: configured, known, reported by the upstream, or the default,
-        capped by what an overflow error taught."""
+    async def window(self, model: str | None, credentials: Headers) -> Window:
+        """The model's window, by the one rule (`proxy.core.windows.decide_window`): the
+        upstream is asked only when nothing explicit or well known says it."""
         configured = self._policies.configured_window(model)
-        known = known_window(model)
+        context_window = self._policies.default.context_window
         reported = None
-        if not configured and not known and model:
+        if model and needs_detection(
+            configured=configured, context_window=context_window, model=model
+        ):
             reported = await self._reported_window(model, credentials)
-        window, _source = resolve_window(
+        return decide_window(
+            model,
             configured=configured,
-            known=known,
+            context_window=context_window,
             reported=reported,
             learned=await self._memory.learned_window(model),
-            default=self._policies.default.context_window or DEFAULT_WINDOW,
         )
-        return window
 
     async def _reported_window(self, model: str, credentials: Headers) -> int | None:
         if model not in self._reported:
@@ -213,29 +213,7 @@ class Turns:
                 response.close()
         except UpstreamError:
             return None
-        return _window_in(raw, model) if response.status == 200 else None
-
-
-def _window_in(raw: bytes, model: str) -> int | None:
-    import json
-
-    try:
-        listing = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    entries = listing.get("data") if isinstance(listing, dict) else None
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and entry.get("id") == model:
-            return _first_int(entry)
-    return None
-
-
-def _first_int(entry: Mapping[str, Any]) -> int | None:
-    for name in _WINDOW_FIELDS:
-        value = entry.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+        return window_in(raw, model) if response.status == 200 else None
 
 
 def credentials_of(incoming: Incoming) -> Headers:

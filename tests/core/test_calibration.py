@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.calibration import MAX_FACTOR, MIN_FACTOR, resolve_window, updated_calibration
+from proxy.core.calibration import MAX_FACTOR, MIN_FACTOR, updated_calibration
 
 
 def test_first_sample_sets_the_factor() -> None:
@@ -37,19 +37,3 @@ def test_silent_truncation_is_clamped() -> None:
 def test_factor_stays_in_bounds(current: float | None, estimated: int, reported: int) -> None:
     factor = updated_calibration(current, estimated=estimated, reported=reported)
     assert factor is None or MIN_FACTOR <= factor <= MAX_FACTOR
-
-
-@pytest.mark.parametrize(
-    ("sources", "expected"),
-    [
-        ({"configured": 8000, "known": 128_000, "reported": 4096}, (8000, "configured")),
-        ({"known": 128_000, "reported": 4096}, (128_000, "known model")),
-        ({"reported": 4096}, (4096, "upstream")),
-        ({}, (32_000, "default")),
-        ({"known": 128_000, "learned": 2048}, (2048, "learned from an overflow error")),
-        ({"configured": 1000, "learned": 2048}, (1000, "configured")),
-    ],
-)
-def test_window_sources_in_order(sources: dict[str, int], expected: tuple[int, str]) -> None:
-    arguments = {"configured": None, "known": None, "reported": None, "learned": None}
-    assert resolve_window(**{**arguments, **sources}, default=32_000) == expected

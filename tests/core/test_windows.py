@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from proxy.core.windows import known_window
+from proxy.core.windows import Window, decide_window, known_window, needs_detection
 
 
 @pytest.mark.parametrize(
@@ -25,3 +27,32 @@ from proxy.core.windows import known_window
 )
 def test_known_windows(model: str | None, window: int | None) -> None:
     assert known_window(model) == window
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        (
+            {"configured": 8000, "context_window": 6000, "reported": 4096},
+            Window(8000, "configured for the model"),
+        ),
+        ({"context_window": 6000, "reported": 8192}, Window(6000, "context.context_window")),
+        ({"model": "gpt-4o", "reported": 4096}, Window(128_000, "known model")),
+        ({"reported": 4096}, Window(4096, "reported by the upstream")),
+        ({}, Window(32_000, "default")),
+        ({"model": "gpt-4o", "learned": 2048}, Window(2048, "learned from an overflow error")),
+        ({"configured": 1000, "learned": 2048}, Window(1000, "configured for the model")),
+        ({"context_window": 6000, "learned": 5000}, Window(5000, "learned from an overflow error")),
+    ],
+)
+def test_window_sources_in_order(sources: dict[str, Any], expected: Window) -> None:
+    arguments = {"model": "mock-model", **sources}
+    assert decide_window(default=32_000, **arguments) == expected
+
+
+def test_detection_only_when_nothing_explicit_or_known() -> None:
+    assert needs_detection(configured=None, context_window=None, model="mock-model")
+    assert not needs_detection(configured=None, context_window=6000, model="mock-model")
+    assert not needs_detection(configured=8000, context_window=None, model="mock-model")
+    assert not needs_detection(configured=None, context_window=None, model="gpt-4o")
+    assert not needs_detection(configured=None, context_window=None, model=None)

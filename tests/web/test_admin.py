@@ -14,6 +14,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from proxy.adapters.store import open_store
+from proxy.core.policy import ContextPolicy
 from proxy.core.summary import SUMMARY_PREFIX
 from proxy.mock_upstream import MockUpstream
 from proxy.service import ProxyService
@@ -154,7 +155,11 @@ async def test_detail_reports_breakdown_history_and_timeline(
     context = detail["context"]
     assert context["window"] == WINDOW
     assert context["output_reserved"] == 500
-    assert (context["trigger"], context["target"]) == (0.75, 0.5)
+    defaults = ContextPolicy()
+    assert (context["trigger"], context["target"]) == (
+        defaults.compression_trigger,
+        defaults.compaction_target,
+    )
     breakdown = context["breakdown"]
     parts = ("system", "tools", "summary", "messages", "tool_results", "placeholders")
     assert sum(breakdown[k] for k in parts) == breakdown["total"] == context["tokens"]
