@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxy.mock_upstream import SummaryQuality
+
 
 @dataclass(frozen=True, slots=True)
 class Size:
@@ -37,6 +39,13 @@ class Size:
     profile_seconds: float
     """py-spy's recording of the proxy for each missed overhead target (0: none)."""
     mock_check_requests: int
+    matrix_windows: tuple[int, ...]
+    """The effectiveness matrix's windows (each with every workload)."""
+    matrix_summarizers: tuple[SummaryQuality, ...]
+    matrix_history: float
+    """How long each matrix session grows the client's history, in windows."""
+    matrix_max_calls: int
+    """...but no more model calls than this per cell."""
 
 
 SIZES = {
@@ -57,6 +66,10 @@ SIZES = {
         session_calls=120,
         profile_seconds=8.0,
         mock_check_requests=1500,
+        matrix_windows=(4_096, 8_192, 32_768, 131_072),
+        matrix_summarizers=("poor", "good"),
+        matrix_history=3.5,
+        matrix_max_calls=240,
     ),
     "quick": Size(
         name="quick",
@@ -75,6 +88,10 @@ SIZES = {
         session_calls=45,
         profile_seconds=3.0,
         mock_check_requests=300,
+        matrix_windows=(4_096, 8_192, 32_768, 131_072),
+        matrix_summarizers=("poor", "good"),
+        matrix_history=2.5,
+        matrix_max_calls=120,
     ),
     "smoke": Size(
         name="smoke",
@@ -93,5 +110,9 @@ SIZES = {
         session_calls=12,
         profile_seconds=0.0,
         mock_check_requests=20,
+        matrix_windows=(8_192,),
+        matrix_summarizers=("poor",),
+        matrix_history=1.5,
+        matrix_max_calls=24,
     ),
 }

@@ -173,3 +173,92 @@ class SessionResult:
     def facts_share(self) -> float:
         planted = len(self.facts_planted)
         return len(self.facts_kept) / planted if planted else float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One statement the user made, and whether the last forwarded request still has it."""
+
+    kind: str
+    key: str
+    kept: bool
+
+
+@dataclass(slots=True)
+class CellResult:
+    """One cell of the effectiveness matrix: a workload through the proxy at one window
+    with one summarizer. Per response: what the proxy's headers said."""
+
+    window: int
+    workload: str
+    summarizer: str
+    bulk: float
+    target: float
+    """The landing target judged: the default `compaction_target`."""
+    model_calls: int = 0
+    user_turns: int = 0
+    client_errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    """`x-compaction-applied` of each answered request."""
+    pressures: list[float] = field(default_factory=list)
+    """`x-context-pressure` of each answered request, in the same order."""
+    history_tokens: int = 0
+    """The client's whole history at the end (our count)."""
+    overflows: int = 0
+    overflows_before_first_answer: int = 0
+    strict_rejections: int = 0
+    summary_calls: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefix_stable_share: float = float("nan")
+    checks: list[Check] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.window // 1024}k {self.workload} {self.summarizer}"
+
+    @property
+    def compactions(self) -> int:
+        return sum(applied != "none" for applied in self.applied)
+
+    @property
+    def strategies(self) -> Counter[str]:
+        return Counter(applied for applied in self.applied if applied != "none")
+
+    @property
+    def requests_per_compaction(self) -> float:
+        compactions = self.compactions
+        return self.model_calls / compactions if compactions else float("nan")
+
+    @property
+    def landing_pressures(self) -> list[float]:
+        """The pressure each compaction landed at."""
+        return [p for a, p in zip(self.applied, self.pressures, strict=True) if a != "none"]
+
+    @property
+    def landings_above_target(self) -> int:
+        return sum(pressure > self.target for pressure in self.landing_pressures)
+
+    @property
+    def overflows_after_calibration(self) -> int:
+        """Requests over the window once the proxy had seen a provider's `usage`."""
+        return self.overflows - self.overflows_before_first_answer
+
+    @property
+    def cache_share(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
+
+    @property
+    def history_windows(self) -> float:
+        return self.history_tokens / self.window
+
+    def kept(self, kind: str | None = None) -> tuple[int, int]:
+        """(kept, checked) statements, of one kind or all."""
+        checks = [c for c in self.checks if kind is None or c.kind == kind]
+        return sum(c.kept for c in checks), len(checks)
+
+    @property
+    def lost(self) -> list[str]:
+        return [c.key for c in self.checks if not c.kept]

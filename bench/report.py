@@ -12,12 +12,14 @@ from bench.measures import (
     LITELLM,
     PROXY,
     CaseResult,
+    CellResult,
     Measure,
     SessionResult,
     median,
 )
 from bench.profiling import Profile
-from bench.targets import Verdict
+from bench.targets import Verdict, cell_misses, pressure
+from bench.workloads import KINDS, TITLES
 
 _LABELS = {DIRECT: "direct", PROXY: "compaction-proxy", LITELLM: "LiteLLM proxy"}
 _STATUS = {"met": "**met**", "missed": "**MISSED**", "not measured": "not measured"}
@@ -31,6 +33,8 @@ class Run:
     settings: dict[str, str]
     cases: list[CaseResult] = field(default_factory=list)
     sessions: list[SessionResult] = field(default_factory=list)
+    cells: list[CellResult] = field(default_factory=list)
+    """The effectiveness matrix, cell by cell."""
     mock_check: MockCheck | None = None
     verdicts: list[Verdict] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
@@ -276,6 +280,100 @@ def _sessions(run: Run) -> list[str]:
     ]
 
 
+def _matrix_row(cell: CellResult) -> list[str]:
+    kept, checked = cell.kept()
+    landings = cell.landing_pressures
+    highest = f" ({pressure(max(landings))})" if landings else ""
+    misses = cell_misses(cell)
+    return [
+        f"{cell.window:,}", TITLES.get(cell.workload, cell.workload),
+        cell.summarizer, str(cell.model_calls), f"{cell.history_windows:.1f}",
+        str(cell.compactions), num(cell.requests_per_compaction),
+        f"{cell.landings_above_target}{highest}",
+        f"{cell.overflows} / {cell.overflows_after_calibration}",
+        f"{kept}/{checked}", f"{cell.cache_share:.0%}", f"{cell.prefix_stable_share:.0%}",
+        str(cell.summary_calls), str(cell.client_errors), f"{cell.wall_s:.1f}",
+        "**" + ", ".join(misses) + "**" if misses else "none",
+    ]  # fmt: skip
+
+
+def _typed_rows(cells: list[CellResult]) -> list[list[str]]:
+    rows = []
+    for cell in cells:
+        if cell.workload != "typed":
+            continue
+        counts = [cell.kept(kind) for kind in KINDS]
+        kept, checked = cell.kept()
+        row = [f"{cell.window:,}", cell.summarizer, *(f"{k}/{n}" for k, n in counts)]
+        rows.append([*row, f"{kept}/{checked}"])
+    return rows
+
+
+def _cell_details(cell: CellResult) -> str:
+    strategies = ", ".join(f"`{k}` x{v}" for k, v in sorted(cell.strategies.items())) or "none"
+    parts = [f"- {cell.name}: {cell.user_turns} user turns, {strategies}"]
+    if cell.lost:
+        parts.append("lost " + ", ".join(f"`{key}`" for key in cell.lost))
+    if cell.strict_rejections:
+        parts.append(f"{cell.strict_rejections} strict refusals")
+    if cell.error_samples:
+        parts.append("errors: " + " | ".join(cell.error_samples))
+    return "; ".join(parts)
+
+
+def _matrix_intro(cells: list[CellResult]) -> str:
+    scaled = sorted({(c.window, c.bulk) for c in cells if c.bulk > 1})
+    bulk = "".join(
+        f" At {window:,} tokens the tool results and the model's replies are {factor:g}x "
+        "larger, so that the cell compacts several times within the call cap."
+        for window, factor in scaled
+    )
+    return (
+        "Each cell: a scripted session through a `compaction-proxy serve` on its default "
+        "`context:` settings, in front of `proxy.mock_upstream` with the cell's window "
+        "(detected at `/v1/models`), a tokenizer counting 10 % more than the proxy's, strict "
+        "tool pairing and role alternation, and a useless (`poor`: keeps nothing) or `good` "
+        "summarizer. Calls: the client's model calls (extra tool rounds the agent asks for "
+        "after a compaction included). History: the client's whole history at the end, in "
+        "windows. Compactions: answers whose `x-compaction-applied` is not `none`; above "
+        f"target: those whose `x-context-pressure` exceeds {cells[0].target:g} (the "
+        "default `compaction_target`), with the highest landing. Over window: requests the "
+        "mock refused for its window, all / after the first answer (the first calibration). "
+        "Kept: the user's statements (each topic's latest value) as exact substrings of the "
+        "last forwarded chat request. Cache: cached / prompt tokens; prefix-stable: "
+        "forwarded requests extending the previous one." + bulk
+    )
+
+
+def _matrix(run: Run) -> list[str]:
+    if not run.cells:
+        return []
+    header = (
+        "window", "workload", "summarizer", "calls", "history (windows)", "compactions",
+        "requests / compaction", "above target (highest)", "over window (after calibration)",
+        "kept", "cache", "prefix-stable", "summary calls", "errors", "wall s",
+        "targets missed",
+    )  # fmt: skip
+    typed = _typed_rows(run.cells)
+    typed_header = ("window", "summarizer", *KINDS, "all")
+    return [
+        "## Effectiveness matrix",
+        "",
+        _matrix_intro(run.cells),
+        "",
+        *_table(header, [_matrix_row(cell) for cell in run.cells], 3),
+        *(
+            ["Typed statements kept, by type:", "", *_table(typed_header, typed, 2)]
+            if typed
+            else []
+        ),
+        "Per cell: the strategies applied, what was lost, errors.",
+        "",
+        *(_cell_details(cell) for cell in run.cells),
+        "",
+    ]
+
+
 def _dominant(profile: Profile) -> str:
     package, share = profile.packages[0] if profile.packages else ("-", 0.0)
     inner = [
@@ -332,6 +430,7 @@ def render(run: Run) -> str:
         *_overhead(run),
         *_mock_check(run),
         *_sessions(run),
+        *_matrix(run),
         *_profiles(run),
         *(charts if run.charts else []),
     ]

@@ -2,6 +2,7 @@
 on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 
     python -m bench.suite [--size default|quick|smoke] [--no-litellm] [--no-profile]
+                          [--no-overhead] [--no-sessions] [--no-matrix | --matrix-only]
                           [--upstream-latency-ms 0] [--chunks 64] [--out bench/results]
 
 1. Overhead: a fast mock upstream (`bench/mock_server.py`), `compaction-proxy serve` and
@@ -9,7 +10,9 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
    through each proxy, interleaved in rounds (`bench/cases/overhead.py`).
 2. Effectiveness: a long scripted agent session through the proxy against a mock with a small
    window, and straight to the mock (`bench/cases/session.py`).
-3. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
+3. The effectiveness matrix: windows x workloads x summarizers, each cell a scripted session
+   through a proxy on its default settings (`bench/cases/matrix.py`, `bench/workloads.py`).
+4. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
    the proxy for each missed overhead target, in `--out`.
 """
 
@@ -27,7 +30,7 @@ from pathlib import Path
 import uvloop
 
 from bench import charts
-from bench.cases import overhead
+from bench.cases import matrix, overhead
 from bench.cases.mock_check import check_mocks
 from bench.cases.session import PLANS, run_session
 from bench.config import SIZES, Size
@@ -36,7 +39,8 @@ from bench.profiling import profile_case, py_spy
 from bench.progress import Progress
 from bench.report import Run, render
 from bench.stack import Stack, running_stack
-from bench.targets import overhead_verdicts, session_verdicts
+from bench.targets import matrix_verdicts, overhead_verdicts, session_verdicts
+from bench.workloads import Workload
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.core.tokens import O200K_BASE, ApproximateEncoder, TokenCounter
 
@@ -78,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-profile", action="store_true", help="no py-spy profiles")
     parser.add_argument("--no-overhead", action="store_true", help="skip the overhead cases")
     parser.add_argument("--no-sessions", action="store_true", help="skip the agent sessions")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--no-matrix", action="store_true", help="skip the effectiveness matrix")
+    only.add_argument(
+        "--matrix-only",
+        action="store_true",
+        help="only the effectiveness matrix (no overhead, sessions or LiteLLM)",
+    )
     parser.add_argument("--upstream-latency-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -116,6 +127,27 @@ async def _sessions(
         run.sessions.append(result)
     direct = next(s for s in run.sessions if not s.via_proxy)
     run.verdicts += session_verdicts(direct, [s for s in run.sessions if s.via_proxy])
+
+
+def _matrix_plan(size: Size, counter: TokenCounter) -> list[tuple[matrix.CellSpec, Workload]]:
+    return [(spec, matrix.workload_for(spec, size, counter)) for spec in matrix.cell_specs(size)]
+
+
+async def _matrix(
+    run: Run,
+    cells: list[tuple[matrix.CellSpec, Workload]],
+    encoders: Encoders,
+    out: Path,
+    progress: Progress,
+) -> None:
+    work = out / "matrix"
+    work.mkdir(parents=True, exist_ok=True)
+    for spec, workload in cells:
+        progress.step(f"matrix: {spec.slug.removeprefix('matrix-')}")
+        run.cells.append(
+            await matrix.run_cell(spec, workload, encoders=encoders, work=work, progress=progress)
+        )
+    run.verdicts += matrix_verdicts(run.cells)
 
 
 async def _overhead_part(
@@ -166,10 +198,15 @@ async def _run(args: argparse.Namespace, run: Run) -> None:
     progress = Progress(4 * size.mock_check_requests * (not args.no_overhead))
     if not args.no_sessions:
         progress.add_total(len(PLANS) * size.session_calls)
+    # Planned before anything runs: the progress bar counts every cell's calls.
+    cells = [] if args.no_matrix else _matrix_plan(size, counter)
+    progress.add_total(sum(workload.calls for _, workload in cells))
     if not args.no_overhead:
         await _overhead_part(args, run, counter, progress)
     if not args.no_sessions:
         await _sessions(run, size, encoders, args.out, progress)
+    if cells:
+        await _matrix(run, cells, encoders, args.out, progress)
     progress.close()
 
 
@@ -180,6 +217,14 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
             f"{size.name} (rounds of {size.block} requests per path at concurrency 1, "
             f"{size.rounds} rounds at higher concurrency)"
         ),
+        "matrix": (
+            "not run (--no-matrix)"
+            if args.no_matrix
+            else f"windows {', '.join(f'{w:,}' for w in size.matrix_windows)}; "
+            f"summarizers {', '.join(size.matrix_summarizers)}; sessions grow to "
+            f"{size.matrix_history:g} windows of history, at most {size.matrix_max_calls} "
+            "model calls per cell"
+        ),
         "upstream latency": f"{args.upstream_latency_ms:g} ms",
         "stream": f"{args.chunks} content chunks, sent back to back",
         "command": "python -m bench.suite " + " ".join(sys.argv[1:]),
@@ -188,6 +233,8 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
 
 def main() -> int:
     args = _parser().parse_args()
+    if args.matrix_only:
+        args.no_overhead = args.no_sessions = args.no_litellm = True
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(machine(), _settings(args))
     start = time.monotonic()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bench.measures import LITELLM, PROXY, CaseResult, SessionResult
+from bench.measures import LITELLM, PROXY, CaseResult, CellResult, SessionResult
 
 Status = Literal["met", "missed", "not measured"]
 
@@ -137,3 +138,115 @@ def session_verdicts(direct: SessionResult, proxied: list[SessionResult]) -> lis
             _status(min(kept) >= 1.0, *kept),
         ),
     ]
+
+
+# --- the effectiveness matrix -----------------------------------------------------------------
+
+CellCheck = Callable[[CellResult], tuple[bool | None, str]]
+"""Judges one cell: met (True), missed (False) or not measured (None), and its numbers."""
+
+
+def _no_late_overflow(cell: CellResult) -> tuple[bool | None, str]:
+    late = cell.overflows_after_calibration
+    return late == 0, f"{late} of {cell.overflows}"
+
+
+def pressure(value: float) -> str:
+    """A pressure as the headers give it; a budget near zero makes it huge (thousands)."""
+    return f"{value:.3f}" if value < 10 else f"{value:,.0f}"
+
+
+def _no_high_landing(cell: CellResult) -> tuple[bool | None, str]:
+    above, landings = cell.landings_above_target, cell.landing_pressures
+    peak = f", highest {pressure(max(landings))}" if landings else ""
+    return above == 0, f"{above} of {cell.compactions}{peak}"
+
+
+def _rare_compactions(cell: CellResult) -> tuple[bool | None, str]:
+    if not cell.compactions:
+        return None, "no compaction"
+    per = cell.requests_per_compaction
+    return per >= 3, f"{per:.2f} ({cell.model_calls} calls, {cell.compactions} compactions)"
+
+
+def _all_kept(cell: CellResult) -> tuple[bool | None, str]:
+    kept, checked = cell.kept()
+    return kept == checked, f"{kept} of {checked}"  # what was lost: the report's details
+
+
+def _per_cell(name: str, requirement: str, cells: list[CellResult], check: CellCheck) -> Verdict:
+    """One target judged in every cell: which cells hold it, which miss it, and by how much."""
+    judged = [(cell, *check(cell)) for cell in cells]
+    missed = [f"{cell.name}: {numbers}" for cell, ok, numbers in judged if ok is False]
+    held = [cell.name for cell, ok, _ in judged if ok]
+    unmeasured = [f"{cell.name}: {numbers}" for cell, ok, numbers in judged if ok is None]
+    parts = [f"holds in {len(held)} of {len(judged)} cells"]
+    if missed:
+        parts.append("missed in " + "; ".join(missed))
+    if unmeasured:
+        parts.append("not measured in " + "; ".join(unmeasured))
+    if not held and not missed:
+        status: Status = "not measured"
+    else:
+        status = "missed" if missed else "met"
+    return Verdict(name, requirement, ". ".join(parts), status)
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixTarget:
+    short: str
+    """The name a cell's row gives a target it misses."""
+    name: str
+    requirement: str
+    """May name `{target}`, the compaction target."""
+    applies: Callable[[CellResult], bool]
+    check: CellCheck
+
+
+MATRIX_TARGETS = (
+    MatrixTarget(
+        "overflow",
+        "matrix: requests over the provider's window after the first calibration",
+        "0 in every cell (measured: after / all overflows)",
+        lambda cell: True,
+        _no_late_overflow,
+    ),
+    MatrixTarget(
+        "landing",
+        "matrix: compactions landing above the target",
+        "0 in every cell (x-context-pressure > compaction_target {target:g})",
+        lambda cell: True,
+        _no_high_landing,
+    ),
+    MatrixTarget(
+        "frequency",
+        "matrix: requests per compaction, 8k tool-heavy agent",
+        ">= 3",
+        lambda cell: cell.window == 8_192 and cell.workload == "tool-heavy",
+        _rare_compactions,
+    ),
+    MatrixTarget(
+        "kept",
+        "matrix: user-stated rules, constraints, facts, goals, preferences kept, useless "
+        "summarizer",
+        "100 % in every cell",
+        lambda cell: cell.summarizer == "poor",
+        _all_kept,
+    ),
+)
+
+
+def cell_misses(cell: CellResult) -> list[str]:
+    """The short names of the matrix targets `cell` misses."""
+    return [t.short for t in MATRIX_TARGETS if t.applies(cell) and t.check(cell)[0] is False]
+
+
+def matrix_verdicts(cells: list[CellResult]) -> list[Verdict]:
+    """The matrix's targets, each judged per cell (a miss in any cell misses the target)."""
+    verdicts = []
+    for target in MATRIX_TARGETS:
+        judged = [cell for cell in cells if target.applies(cell)]
+        if judged:
+            requirement = target.requirement.format(target=judged[0].target)
+            verdicts.append(_per_cell(target.name, requirement, judged, target.check))
+    return verdicts

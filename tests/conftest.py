@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,22 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
+from hypothesis import settings as hypothesis_settings
 
 from proxy.mock_upstream import MockUpstream
 from proxy.settings import Settings
 from proxy.web import create_app
 from tests.redis_server import RedisServer
 from tests.servers import serve
+
+# CI runs the properties derandomized (the same examples on every run, so a red build is
+# reproducible); a sweep over seeds is `pytest --hypothesis-seed=N`, run before resolving.
+hypothesis_settings.register_profile("ci", derandomize=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("CI") and config.getoption("hypothesis_seed", None) is None:
+        hypothesis_settings.load_profile("ci")
 
 
 @pytest.fixture

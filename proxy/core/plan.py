@@ -38,6 +38,7 @@ verbatim in the block's ledger (`proxy.core.statements`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -45,7 +46,7 @@ from typing import Any, Protocol
 from proxy.core import statements as ledger
 from proxy.core.budget import Budget
 from proxy.core.ledger import appendix, extract_facts, missing_facts
-from proxy.core.messages import Message, is_instruction, role, tool_call_name
+from proxy.core.messages import Message, is_instruction, role, text, tool_call_name
 from proxy.core.policy import ContextPolicy
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
@@ -175,7 +176,8 @@ class NeedsSummary:
         clipped = _clipped(summary, work.allowances.summary, work.counter.text)
         # The earlier summary's facts count too: a rolling summary that drops one loses it
         # for good, since the turns it came from are gone.
-        sources = list(self.span)
+        # A cleared result's facts went with it (its size is no fact); the names it kept stay.
+        sources = [_names_of(m) if is_cleared(m) else m for m in self.span]
         if self.previous:
             sources.insert(0, {"role": "assistant", "content": self.previous})
         checked = _with_lost_facts(clipped, sources, kept, work)
@@ -448,9 +450,7 @@ def _clear_rest(work: _Work) -> None:
 
 
 def _truncate_rest(work: _Work) -> None:
-    eviction = _Eviction.find(work, deep=True, note_tokens=0)
-    if eviction is not None:
-        eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+    _evict_everything(work)
 
 
 def _release_task(work: _Work) -> None:
@@ -459,12 +459,18 @@ def _release_task(work: _Work) -> None:
         return
     work.pin_task = False
     work.regroup()
+    if _evict_everything(work):
+        work.steps.append("release_task")
+
+
+def _evict_everything(work: _Work) -> bool:
+    """Truncate everything before the recent window; whether anything went."""
     eviction = _Eviction.find(work, deep=True, note_tokens=0)
-    if eviction is not None:
-        steps = len(work.steps)
-        eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
-        if len(work.steps) > steps:
-            work.steps.append("release_task")
+    if eviction is None:
+        return False
+    steps = len(work.steps)
+    eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+    return len(work.steps) > steps
 
 
 def _trim_recent(work: _Work) -> None:
@@ -674,19 +680,20 @@ def _is_user_at(messages: Sequence[Message], index: int) -> bool:
 # --- The summary's facts ---------------------------------------------------------------------
 
 
+def _names_of(cleared: Message) -> Message:
+    """A cleared result as the names its placeholder kept."""
+    _, _, names = text(cleared).partition("; it mentioned ")
+    return {"role": "tool", "content": names}
+
+
 def _clipped(summary: str, allowance: int, count: Callable[[str], int]) -> str:
     """`summary` within `allowance` tokens: whole lines from the start (a summarizer that
     ignores `max_tokens` must not push the compaction above its target)."""
     if count(summary) <= allowance:
         return summary
-    kept: list[str] = []
-    used = 0
-    for line in summary.splitlines():
-        used += count(line) + 1
-        if used > allowance:
-            break
-        kept.append(line)
-    return "\n".join(kept)
+    lines = summary.splitlines()
+    used = itertools.accumulate(count(line) + 1 for line in lines)
+    return "\n".join(line for line, upto in zip(lines, used, strict=True) if upto <= allowance)
 
 
 def _with_lost_facts(

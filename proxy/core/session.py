@@ -104,13 +104,17 @@ class CompactionRecord:
     tokens_after: int
     summarizer_model: str | None = None
     summarizer_tokens: int = 0
+    steps: tuple[str, ...] = ()
+    """Every reduction the compaction used, in order (see `proxy.core.plan`)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "steps": list(self.steps)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompactionRecord:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+        fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        fields["steps"] = tuple(fields.get("steps") or ())
+        return cls(**fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,7 @@ def note_of(message: Message) -> str | None:
     """The note a standalone proxy message carries (a summary or a marker), if it is one
     (a user message a note opens is not: `detach_note` takes that note out)."""
     body = text(message)
-    return body if _NOTE.match(body) and _OPENING_NOTE_END + "\n\n" not in body else None
+    return body if _NOTE.match(body) and NOTE_END not in body else None
 
 
 def summary_request(

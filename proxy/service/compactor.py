@@ -246,6 +246,7 @@ class Compactor:
             result.tokens_after,
             summarizer_model=summary.model if summary else None,
             summarizer_tokens=summary.tokens if summary else 0,
+            steps=result.steps,
         )
         await self._memory.record_compaction(turn.tenant, turn.session, record)
         estimate = turn.budget.estimate

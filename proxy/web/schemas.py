@@ -71,6 +71,11 @@ class CompactionRecord(_Shape):
     tokens_after: int
     summarizer_model: str | None
     summarizer_tokens: int
+    steps: list[str] = Field(
+        default_factory=list,
+        description="Every reduction used, in order (clear_tool_results, summarize, truncate, "
+        "release_task, trim_recent, cap_recent, ...).",
+    )
 
 
 class TurnPoint(_Shape):

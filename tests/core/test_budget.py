@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.budget import Budget, output_reserve
+from proxy.core.budget import Budget, output_reserve, request_budget
 
 
 def test_available_is_the_window_less_the_reserve() -> None:
@@ -120,3 +120,22 @@ def test_invalid_budgets_are_refused(fields: dict[str, Any], message: str) -> No
 )
 def test_output_reserve(body: dict[str, Any], reserve: int) -> None:
     assert output_reserve(body, default=4096) == reserve
+
+
+def test_the_default_reserve_takes_at_most_a_quarter_of_the_window() -> None:
+    small = request_budget(4096, {}, output_reserved=4096, margin_share=0.03)
+    assert (small.output_reserve, small.margin, small.stated_output) == (1024, 123, 0)
+    assert small.available == 4096 - 1024 - 123
+    stated = request_budget(4096, {"max_tokens": 3000}, output_reserved=4096, margin_share=0.03)
+    assert (stated.output_reserve, stated.stated_output) == (3000, 3000)
+    huge = request_budget(4096, {"max_tokens": 9000}, output_reserved=0, margin_share=0.03)
+    assert huge.output_reserve == 4095
+    assert huge.available == 1
+
+
+def test_beyond_the_window_only_when_the_margin_cannot_explain_it() -> None:
+    budget = Budget(1000, 100, margin=30, stated_output=100)
+    assert not budget.beyond_window(900 + 30)
+    assert budget.beyond_window(900 + 31)
+    with pytest.raises(ValueError, match="must not be negative"):
+        Budget(1000, 100, margin=-1)

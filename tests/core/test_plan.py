@@ -569,3 +569,17 @@ def test_a_cleared_result_keeps_the_names_it_mentioned() -> None:
     cleared = [str(m["content"]) for m in result.messages if is_cleared(m)]
     text = "\n".join(cleared) + "\n".join(str(m["content"]) for m in result.messages)
     assert "src/app/main.py" in text
+
+
+def test_an_appendix_of_lost_facts_too_long_for_its_allowance_keeps_the_first() -> None:
+    messages = coding_agent(12)
+    figures = " ".join(f"{i} ms" for i in range(2000))
+    messages[7] = assistant(figures)
+    plan = plan_compaction(agent_situation(messages, budget_8k()), COUNTER)
+    assert isinstance(plan, NeedsSummary)
+    result = plan.complete("- nothing specific")
+    block = next(str(m["content"]) for m in result.messages if note_of(m) or detach_note(m)[1])
+    allowance = plan.request["max_tokens"] // 2
+    appended = block[block.index("Details kept verbatim") :]
+    assert "- 0 ms" in appended
+    assert COUNTER.text(appended) <= allowance + COUNTER.text(block[block.rindex("Tools") :])

@@ -12,6 +12,7 @@ from proxy.core.summary import (
     marker,
     note_of,
     offered_tools,
+    opening_note,
     render,
     split_span,
     summary_request,
@@ -108,3 +109,13 @@ def test_split_span_in_parts() -> None:
     parts = split_span(span, max_tokens=25, count=lambda m: len(str(m["content"]).split()))
     assert parts == [[span[0], span[1]], [span[2]], [span[3]]]
     assert split_span([], max_tokens=5, count=len) == []
+
+
+def test_a_note_opening_a_multimodal_message_comes_out_again() -> None:
+    note = "[2 earlier messages omitted]"
+    message = image_user("look")
+    opened = merge_text(message, opening_note(note), first=True)
+    assert detach_note(opened) == (message, note)
+    assert note_of(opened) is None
+    plain = {**message, "content": [{"type": "text", "text": "hi"}, *message["content"]]}
+    assert detach_note(plain) == (plain, None)

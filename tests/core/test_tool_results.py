@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.messages import text
-from proxy.core.tool_results import clear, is_cleared, is_tool_result, trim
+from proxy.core.tool_results import (
+    MAX_KEPT_CHARS,
+    MAX_KEPT_NAMES,
+    clear,
+    is_cleared,
+    is_tool_result,
+    kept_names,
+    trim,
+)
 from tests.builders import function_result, tool_result, user
 
 
@@ -109,3 +117,17 @@ def test_trim_bounds_the_size_and_keeps_the_ends(body: str, budget: int) -> None
     content = text(trim(tool_result("c", body), max_tokens=budget, count=count, tool_name=None))
     note_allowance = 130  # the note itself, and rounding of the character estimate
     assert count(content) <= budget + note_allowance
+
+
+def test_a_cleared_result_keeps_a_bounded_list_of_the_names_it_mentioned() -> None:
+    names = [f"src/pkg/module_{i}.py" for i in range(20)]
+    body = " ".join([*names, *names, "v4.19.2", "x" * 300])
+    kept = kept_names(body)
+    assert kept == names[:MAX_KEPT_NAMES]
+    assert sum(map(len, kept)) <= MAX_KEPT_CHARS
+    long = [f"/srv/{'d' * 90}/{i}.txt" for i in range(4)]
+    assert kept_names(" ".join(long)) == long[:2]  # a third would pass the character bound
+    placeholder = clear(tool_result("c1", body), "grep", 900)
+    assert "it mentioned src/pkg/module_0.py, " in placeholder["content"]
+    assert kept_names("nothing specific here") == []
+    assert "it mentioned" not in clear(tool_result("c1", "plain words"), "grep", 9)["content"]

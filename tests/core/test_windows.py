@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from proxy.core.windows import Window, decide_window, known_window, needs_detection
+from proxy.core.windows import Window, decide_window, known_window, needs_detection, window_in
 
 
 @pytest.mark.parametrize(
@@ -56,3 +57,18 @@ def test_detection_only_when_nothing_explicit_or_known() -> None:
     assert not needs_detection(configured=8000, context_window=None, model="mock-model")
     assert not needs_detection(configured=None, context_window=None, model="gpt-4o")
     assert not needs_detection(configured=None, context_window=None, model=None)
+
+
+def test_the_window_a_models_listing_gives() -> None:
+    listing = {
+        "data": [
+            {"id": "other", "max_model_len": 1},
+            {"id": "m", "max_model_len": True, "context_length": 8192},
+        ]
+    }
+    assert window_in(json.dumps(listing).encode(), "m") == 8192
+    assert window_in(json.dumps(listing).encode(), "missing") is None
+    assert window_in(json.dumps({"data": [{"id": "m"}]}).encode(), "m") is None
+    assert window_in(b"not json", "m") is None
+    assert window_in(b"[1, 2]", "m") is None
+    assert window_in(b'{"data": {"id": "m"}}', "m") is None

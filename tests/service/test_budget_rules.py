@@ -85,7 +85,7 @@ async def one_request(app: FastAPI, model: str, session: str) -> None:
         )
 
 
-WINDOW_CASES = {
+WINDOW_CASES: dict[str, tuple[dict[str, Any], str, int]] = {
     "models entry": ({"models": {"mock-model": {"context_window": 5000}}}, "mock-model", 5000),
     "context.context_window over the listing": (
         {"context": {"context_window": 6000}},
@@ -160,7 +160,7 @@ async def test_tokens_before_is_what_the_client_sent_on_every_request(
 async def test_a_request_nothing_can_fit_is_answered_by_the_proxy(
     mock_url: str, upstream: MockUpstream
 ) -> None:
-    instructions = {"role": "system", "content": WORDS * 900}  # ~12k tokens of instructions
+    instructions: Any = {"role": "system", "content": WORDS * 900}  # ~12k tokens of instructions
     async with proxy(make_settings(mock_url)) as app, sdk(app) as client:
         with pytest.raises(openai.BadRequestError) as raised:
             await client.chat.completions.create(
@@ -177,7 +177,7 @@ async def test_no_strategy_forwards_a_request_that_could_be_made_to_fit(
 ) -> None:
     # The oversized message sits in the recent window: only the landing steps can help.
     settings = make_settings(mock_url, context={"strategy": strategy})
-    messages = [
+    messages: list[Any] = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "The task."},
         {"role": "assistant", "content": "ok"},
