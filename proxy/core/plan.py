@@ -51,7 +51,7 @@ from proxy.core.policy import ContextPolicy
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
 from proxy.core.summary import (
-    detach_note,
+    detach_notes,
     marker,
     note_of,
     offered_tools,
@@ -269,12 +269,12 @@ class _Work:
         said: list[Message] = []
         summary = 0
         for message in self.messages:
-            restored, note = detach_note(message)
-            note = note_of(message) or note
-            if note is not None:
+            standalone = note_of(message)
+            restored, notes = detach_notes(message)
+            for note in [standalone] if standalone is not None else notes:
                 without, statements = ledger.without_ledger(note)
-                earlier, summary = statements, count(without)
-            if note_of(message) is None:
+                earlier, summary = ledger.merged(earlier, statements), count(without)
+            if standalone is None:
                 said.append(restored)
         everything = ledger.merged(earlier, ledger.statements_of(said))
         chosen = ledger.selected(everything, allowances.ledger, count)
@@ -626,21 +626,24 @@ def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens:
 
 
 def _detached(work: _Work) -> tuple[list[Message], str | None, list[Statement]]:
-    """`work.messages` with a note merged into a user message before the recent window taken
-    out, and the earlier note's summary part (or marker) and its ledger."""
+    """`work.messages` with every note merged into a user message taken out (wherever it
+    stands: the new note carries them all, so no message ever holds two), and the newest
+    earlier note's summary part (or marker) with the ledgers of all of them."""
     messages = list(work.messages)
-    found: str | None = None
-    for index in range(work.pins.head, work.pins.recent):
+    found: list[str] = []
+    for index in range(work.pins.head, len(messages)):
         standalone = note_of(messages[index])
         if standalone is not None:
-            found = standalone
+            if index < work.pins.recent:  # one in the recent window stays where it is
+                found.append(standalone)
             continue
-        restored, merged_note = detach_note(messages[index])
-        if merged_note is not None:
-            messages[index], found = restored, merged_note
-    if found is None:
-        return messages, None, []
-    previous, earlier = ledger.without_ledger(found)
+        messages[index], merged_notes = detach_notes(messages[index])
+        found += merged_notes
+    earlier: list[Statement] = []
+    previous = None
+    for note in found:
+        previous, statements = ledger.without_ledger(note)
+        earlier = ledger.merged(earlier, statements)
     return messages, previous, earlier
 
 

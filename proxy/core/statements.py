@@ -59,8 +59,18 @@ _PREFERENCE = re.compile(
     r"favou?rite|call\s+me|style|tone|format|timezone|time\s+zone|language)\b",
     re.IGNORECASE,
 )
-# A name: a capitalised word that does not open the sentence ("ask Priya", "in Berlin").
-_NAME = re.compile(r"(?<=[\w,;:)] )[A-Z][a-z]+")
+# A name: a capitalised word that does not open the sentence ("ask Priya", "in Berlin"); a
+# handle or a channel ("@mkovacs", "#pay-oncall").
+_NAME = re.compile(r"(?<=[\w,;:)] )[A-Z][a-z]+|(?<![\w#@])[#@][A-Za-z][\w.-]*")
+# A labelled statement ("Goal: ...", "Status: ...", "Hard constraint: ..."): the user says
+# what kind of thing it is, and a later one under the same label replaces it.
+_LABEL = re.compile(r"^([A-Z]\w*(?: \w+){0,2}):\s")
+# An instruction about how to answer ("Use metric units.", "Reply in French."): a preference.
+_STYLE_VERBS = re.compile(
+    r"^(?:please\s+)?(?:use|keep|write|reply|respond|answer|format|call|address|speak|stick|"
+    r"spell|sign|stay|default|include|cite|show|put)\b",
+    re.IGNORECASE,
+)
 _ALNUM = re.compile(r"[^\W_]")
 
 # What an update's shape ignores: values (anything with a digit, a slash, an underscore, an
@@ -115,6 +125,8 @@ def _rank(sentence: str, *, is_task: bool) -> int:
 def _is_specific(sentence: str) -> bool:
     return (
         any(char.isdigit() for char in sentence)
+        or _LABEL.match(sentence) is not None
+        or _STYLE_VERBS.match(sentence) is not None
         or _PREFERENCE.search(sentence) is not None
         or _NAME.search(sentence) is not None
         or bool(find_specifics(sentence))
@@ -153,6 +165,10 @@ def _shape(statement: Statement) -> str | None:
     for a rule (rules add up, they do not update each other) or a statement with no value."""
     if statement.rank == RULE:
         return None
+    label = _LABEL.match(statement.text)
+    # "Update: ..." announces a change; it is no label of what is stated.
+    if label is not None and _CHANGE_WORDS.fullmatch(label[1]) is None:
+        return label[1].casefold() + ": #"
     masked = _VALUE.sub(" # ", statement.text)
     if "#" not in masked:
         return None

@@ -87,27 +87,38 @@ def opening_note(note: str) -> str:
 
 
 def detach_note(message: Message) -> tuple[Message, str | None]:
-    """`message` without the note the proxy merged into it, and that note (None if none).
+    """`message` without the notes the proxy merged into it, and the newest (None if none)."""
+    restored, notes = detach_notes(message)
+    return restored, notes[-1] if notes else None
 
-    A note is merged at the end of a user message, or opens one (closed by `NOTE_END`).
+
+def detach_notes(message: Message) -> tuple[Message, list[str]]:
+    """`message` without the notes the proxy merged into it, and those notes, oldest first.
+
+    A note opens a user message (closed by `NOTE_END`) or is merged at its end; a message
+    can carry both (an opening note, then a later one at its end), never more.
     """
     content = message.get("content")
+    notes: list[str] = []
     if isinstance(content, str):
-        match = _NOTE.search(content)
-        if match is None:
-            return message, None
-        if match.start() == 0:
+        if _NOTE.match(content):
             note, found, rest = content.partition(_OPENING_NOTE_END + "\n\n")
-            return ({**message, "content": rest}, note) if found else (message, None)
-        return {**message, "content": content[: match.start()]}, content[match.start() + 2 :]
-    if isinstance(content, list) and content:
-        if _is_note_part(content[-1]):
-            return {**message, "content": content[:-1]}, content[-1]["text"]
-        first = content[0]
-        if _is_note_part(first) and first["text"].endswith(_OPENING_NOTE_END):
-            note = first["text"].removesuffix(_OPENING_NOTE_END)
-            return {**message, "content": content[1:]}, note
-    return message, None
+            if not found:
+                return message, []  # a standalone note: `note_of` reads it
+            notes.append(note)
+            content = rest
+        match = _NOTE.search(content)
+        if match is not None:
+            notes.append(content[match.start() :].removeprefix("\n\n"))
+            content = content[: match.start()]
+    elif isinstance(content, list):
+        if content and _is_note_part(content[0]) and content[0]["text"].endswith(_OPENING_NOTE_END):
+            notes.append(content[0]["text"].removesuffix(_OPENING_NOTE_END))
+            content = content[1:]
+        if content and _is_note_part(content[-1]):
+            notes.append(content[-1]["text"])
+            content = content[:-1]
+    return ({**message, "content": content}, notes) if notes else (message, [])
 
 
 def _is_note_part(part: object) -> bool:

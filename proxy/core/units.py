@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from proxy.core.messages import Message, answers, has_function_call, is_instruction, role
+from proxy.core.summary import note_of
 from proxy.core.messages import tool_call_ids as call_ids_of
 
 
@@ -146,7 +147,15 @@ def pins(
     head = 0
     while head < len(messages) and is_instruction(messages[head]):
         head += 1
-    first_user = next((i for i in range(head, len(messages)) if role(messages[i]) == "user"), None)
+    # A note the proxy wrote is no task, even when it stands where the task was.
+    first_user = next(
+        (
+            i
+            for i in range(head, len(messages))
+            if role(messages[i]) == "user" and note_of(messages[i]) is None
+        ),
+        None,
+    )
     recent = _recent_start(units, len(messages), keep_recent)
     if recent_tokens is not None and count is not None and recent < len(messages):
         recent = _bounded_start(messages, units, recent, recent_tokens, count)

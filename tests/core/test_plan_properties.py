@@ -32,7 +32,7 @@ from proxy.core.plan import (
     plan_compaction,
 )
 from proxy.core.policy import STRATEGIES, ContextPolicy
-from proxy.core.summary import detach_note, note_of
+from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
 from proxy.core.tokens import TokenCounter
 from proxy.core.tool_results import is_tool_result
 from proxy.core.units import group_units, is_well_formed
@@ -298,6 +298,10 @@ def test_the_ledger_survives_recompaction(case: Case, more: list[list[Message]],
         return
     allowances = Allowances.of(situation.budget, situation.policy)
     everything = ledger.merged([], ledger.statements_of(grown))
+    # One compaction block, never two, never one inside another.
+    everything_said = "\n".join(str(m.get("content")) for m in second.messages)
+    assert everything_said.count(ledger.LEDGER_HEADING) <= 1
+    assert everything_said.count(SUMMARY_PREFIX) <= 1
     if ledger.cost(everything, COUNTER.text) > allowances.ledger:
         return  # a full ledger drops by priority; only the room for all promises all
     remaining = _words_outside_notes(second.messages)

@@ -54,7 +54,7 @@ def test_statements_are_verbatim_sentences_of_user_and_instruction_messages() ->
 
 
 def test_ranks_rules_then_specifics_then_the_task_then_the_rest() -> None:
-    task = user("Build the parser. Keep it small.")
+    task = user("Build the parser. Make it small.")
     found = statements_of(
         [task, user("Do not use regex. I prefer tabs. Ask Priya first. Fine. ok then")],
         task=task,
@@ -62,7 +62,7 @@ def test_ranks_rules_then_specifics_then_the_task_then_the_rest() -> None:
     ranks = {s.text: s.rank for s in found}
     assert ranks == {
         "Build the parser.": TASK,
-        "Keep it small.": TASK,
+        "Make it small.": TASK,
         "Do not use regex.": RULE,
         "I prefer tabs.": SPECIFIC,
         "Ask Priya first.": SPECIFIC,
@@ -159,3 +159,29 @@ def test_ledger_of_any_user_text_round_trips(lines: list[str]) -> None:
 
 def test_system_messages_after_the_head_count_as_instructions() -> None:
     assert texts(statements_of([system("Stay in plan mode.")])) == ["Stay in plan mode."]
+
+
+def test_labels_handles_and_style_instructions_are_specifics() -> None:
+    found = statements_of(
+        [
+            user("Goal: migrate the billing service."),
+            user("Page the #pay-oncall channel when something breaks."),
+            user("Use metric units."),
+            user("Continue with the next module: read its source."),
+        ]
+    )
+    assert [s.rank for s in found] == [SPECIFIC, SPECIFIC, SPECIFIC, OTHER]
+
+
+def test_a_later_statement_under_the_same_label_replaces_the_earlier() -> None:
+    said = statements_of(
+        [
+            user("Status: the schema migration is done and the backfill is next."),
+            user("Never skip the backfill."),
+            user("Status: the backfill is done and the cutover is next."),
+        ]
+    )
+    assert texts(merged([], said)) == [
+        "Status: the backfill is done and the cutover is next.",
+        "Never skip the backfill.",
+    ]
