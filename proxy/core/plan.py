@@ -565,7 +565,9 @@ class _Eviction:
         the span frees no more than `note_tokens` (the note would cost what it saves)."""
         messages, previous, earlier = _detached(work)
         floor = work.pins.head
-        if work.pins.first_user is not None:
+        # The span starts after the pinned task, unless the task is in the recent window
+        # (when the conversation's only real user message is its newest).
+        if work.pins.first_user is not None and work.pins.first_user < work.pins.recent:
             floor = max(floor, work.pins.first_user + 1)
         candidates = [u for u in work.units if u.start >= floor and u.stop <= work.pins.recent]
         if not candidates:

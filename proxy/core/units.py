@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from proxy.core.messages import Message, answers, has_function_call, is_instruction, role
-from proxy.core.summary import note_of
 from proxy.core.messages import tool_call_ids as call_ids_of
+from proxy.core.summary import note_of
 
 
 class UnitKind(enum.Enum):

@@ -583,3 +583,21 @@ def test_an_appendix_of_lost_facts_too_long_for_its_allowance_keeps_the_first() 
     appended = block[block.index("Details kept verbatim") :]
     assert "- 0 ms" in appended
     assert COUNTER.text(appended) <= allowance + COUNTER.text(block[block.rindex("Tools") :])
+
+
+def test_a_conversation_whose_only_user_message_is_its_newest_can_still_be_compacted() -> None:
+    # After the task went to the ledger, the newest request is the only real user message:
+    # it is the pinned task and the recent window at once, and everything before it may go.
+    note = "[1 earlier messages omitted]\n\nWhat the user said in those turns, verbatim:\n- x"
+    messages = [
+        system(),
+        user(note),
+        assistant_calls("c1"),
+        tool_result("c1", "short"),
+        assistant("done " + words(900)),
+        user("next " + words(450)),
+    ]
+    budget = request_budget(2048, {}, output_reserved=1024, margin_share=0.03)
+    result = run(plan_compaction(agent_situation(messages, budget), COUNTER))
+    assert result.tokens_after <= budget.tokens_at(ContextPolicy().compaction_target)
+    assert detach_note(result.messages[-1])[0] == messages[-1]  # the note opens it
