@@ -483,17 +483,12 @@ def _trim_recent(work: _Work) -> None:
 
 
 def _cap_recent(work: _Work) -> None:
-    """Cut the text of the recent messages, largest first, only as far as fitting needs:
-    the user's own newest words are never cut just to reach a target."""
+    """Cut the text of the recent messages, only as far as fitting needs: the user's own
+    newest words are never cut just to reach a target."""
     goal = work.target if work.target_override is not None else work.allowances.limit
-    if work.total() <= goal:
-        return
     indices = [i for i in range(work.pins.recent, len(work.messages)) if _cappable(work, i)]
-    indices.sort(key=lambda i: -work.counter.message(work.messages[i]))
-    for index in indices:
-        if work.total() <= goal:
-            break
-        _shrink(work, [index], "cap_recent", goal)
+    if indices and work.total() > goal:
+        _shrink(work, indices, "cap_recent", goal)
 
 
 def _cappable(work: _Work, index: int) -> bool:

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hypothesis import given
 
 from proxy.core.breakdown import breakdown
 from proxy.core.messages import Message
+from proxy.core.splice import merge_text
 from proxy.core.summary import marker
-from proxy.core.tokens import TokenCounter
 from proxy.core.tool_results import clear
 from tests.builders import assistant, assistant_calls, system, tool_result, user
 from tests.core.conversations import conversation
+from tests.core.words import COUNTER
 
-
-@dataclass(frozen=True)
-class Words:
-    name: str = "words"
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-
-COUNTER = TokenCounter(Words())
 BODY = {"tools": [{"type": "function", "function": {"name": "grep", "parameters": {}}}]}
 
 
@@ -50,3 +39,12 @@ def test_each_category() -> None:
 def test_categories_add_up_to_the_total(messages: list[Message]) -> None:
     total = COUNTER.messages(messages) + COUNTER.tools(BODY)
     assert breakdown(messages, BODY, COUNTER).total == total
+
+
+def test_a_note_merged_into_a_user_message_counts_as_summary() -> None:
+    note = marker(4)
+    merged = merge_text(user("the task is to fix it"), note, first=False)
+    counted = breakdown([system(), merged], BODY, COUNTER)
+    whole = COUNTER.message(merged) - COUNTER.message(user("the task is to fix it"))
+    assert counted.summary == whole > 0
+    assert counted.total == COUNTER.messages([system(), merged]) + COUNTER.tools(BODY)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -22,27 +21,14 @@ from proxy.core.plan import (
 )
 from proxy.core.policy import ContextPolicy
 from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
-from proxy.core.tokens import TokenCounter
 from proxy.core.tool_results import is_cleared, is_tool_result
 from proxy.core.units import group_units, is_well_formed
 from tests.builders import assistant, assistant_calls, system, tool_result, user
 from tests.core.alternation import same_role_pairs
 from tests.core.conversations import conversation
+from tests.core.words import COUNTER, TOOLS
 
-
-@dataclass(frozen=True)
-class Words:
-    """One token per whitespace-separated word: easy to reason about in tests."""
-
-    name: str = "words"
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-
-COUNTER = TokenCounter(Words())
 POLICY = ContextPolicy(keep_recent=4, cooldown_turns=2, summary_max_tokens=100)
-TOOLS = {"tools": [{"type": "function", "function": {"name": "search", "parameters": {}}}]}
 
 
 def words(n: int, word: str = "w") -> str:

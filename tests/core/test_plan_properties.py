@@ -33,25 +33,11 @@ from proxy.core.plan import (
 )
 from proxy.core.policy import STRATEGIES, ContextPolicy
 from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
-from proxy.core.tokens import TokenCounter
 from proxy.core.tool_results import is_tool_result
 from proxy.core.units import group_units, is_well_formed
 from tests import builders
 from tests.core.alternation import same_role_pairs
-
-
-@dataclass(frozen=True)
-class Words:
-    """One token per whitespace-separated word: easy to reason about."""
-
-    name: str = "words"
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-
-COUNTER = TokenCounter(Words())
-TOOLS = {"tools": [{"type": "function", "function": {"name": "search", "parameters": {}}}]}
+from tests.core.words import COUNTER, TOOLS
 
 STATEMENTS = (
     "Never open port {n} on the bastion.",
@@ -279,6 +265,8 @@ def test_compacting_twice_changes_nothing(case: Case, how: str) -> None:
     first = compacted(case.situation, how)
     if not isinstance(first, Compacted):
         return
+    # Nothing depends on time or chance: the same request compacts to the same bytes.
+    assert compacted(case.situation, how) == first
     situation = Situation(first.messages, TOOLS, case.situation.policy, case.situation.budget)
     again = compacted(situation, how)
     assert isinstance(again, Unchanged) or again.messages == first.messages, again
