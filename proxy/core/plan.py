@@ -200,13 +200,15 @@ Plan = Unchanged | Compacted | NeedsSummary
 
 def plan_compaction(situation: Situation, counter: Counter) -> Plan:
     """Decide what to forward for `situation`."""
-    work = _Work(situation, counter, list(situation.messages))
-    if not is_well_formed(work.units):
+    tokens = counter.messages(situation.messages) + counter.tools(situation.body)
+    if not is_well_formed(group_units(situation.messages)):
         # Malformed input is the client's to fix: forwarded as sent, never silently repaired.
-        return Unchanged("malformed", work.before)
-    reason = _reason_to_wait(situation, work.before)
+        return Unchanged("malformed", tokens)
+    reason = _reason_to_wait(situation, tokens)
     if reason is not None:
-        return Unchanged(reason, work.before)
+        return Unchanged(reason, tokens)
+    # Only now the work that reads the whole conversation (its statements, its pins).
+    work = _Work(situation, counter, list(situation.messages))
     for layer in _LAYERS[situation.policy.strategy]:
         outcome = layer(work)
         if outcome is not None:
