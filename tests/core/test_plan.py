@@ -587,3 +587,22 @@ def test_a_conversation_whose_only_user_message_is_its_newest_can_still_be_compa
     result = run(plan_compaction(agent_situation(messages, budget), COUNTER))
     assert result.tokens_after <= budget.tokens_at(ContextPolicy().compaction_target)
     assert detach_note(result.messages[-1])[0] == messages[-1]  # the note opens it
+
+
+def test_a_note_in_the_recent_window_stays_where_it_is() -> None:
+    # An earlier note that stands in the recent window is kept whole there; the new note
+    # covers only what is evicted before it.
+    earlier = "[2 earlier messages omitted]"
+    messages = [
+        system(),
+        user("the task"),
+        assistant("old " + words(300)),
+        user("older question " + words(300)),
+        assistant(earlier),
+        user("the latest question"),
+    ]
+    result = run(
+        plan_compaction(situation(messages, window=3000, keep_recent=2, force=True), COUNTER)
+    )
+    assert result.messages[-2:] == messages[-2:]
+    assert sum(1 for m in result.messages if note_of(m)) == 2
