@@ -21,10 +21,10 @@ from proxy.core.plan import (
 )
 from proxy.core.policy import ContextPolicy
 from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
-from proxy.core.tool_results import is_cleared, is_tool_result
+from proxy.core.tool_results import is_cleared
 from proxy.core.units import group_units, is_well_formed
 from tests.builders import assistant, assistant_calls, system, tool_result, user
-from tests.core.alternation import same_role_pairs
+from tests.core.alternation import same_role_pairs, subsequence_plus_notes
 from tests.core.conversations import conversation
 from tests.core.words import COUNTER, TOOLS
 
@@ -298,30 +298,6 @@ def test_max_context_turns_shrinks_old_turns_first() -> None:
 # Properties over random conversations -----------------------------------------------------
 
 
-def _matches(original: Message, produced: Message) -> bool:
-    """`produced` stands for `original`: the same, or a tool result with its content
-    replaced (trimmed, cleared), or a message a note was merged into."""
-    if produced == original:
-        return True
-    if is_tool_result(original):
-        same = ("role", "tool_call_id", "name")
-        return all(produced.get(key) == original.get(key) for key in same)
-    return detach_note(produced)[0] == original
-
-
-def _is_subsequence_plus_notes(inputs: list[Message], outputs: list[Message]) -> bool:
-    position = 0
-    for produced in outputs:
-        if note_of(produced) is not None:
-            continue
-        while position < len(inputs) and not _matches(inputs[position], produced):
-            position += 1
-        if position == len(inputs):
-            return False
-        position += 1
-    return True
-
-
 @pytest.mark.parametrize("strategy", ["auto", "truncate"])
 @settings(max_examples=300, deadline=None)
 @given(messages=conversation())
@@ -388,7 +364,7 @@ def test_emergency_properties(messages: list[Message], limit: int | None) -> Non
         return
     assert is_well_formed(group_units(result.messages))
     assert same_role_pairs(result.messages) <= same_role_pairs(messages)
-    assert _is_subsequence_plus_notes(messages, result.messages) or any(
+    assert subsequence_plus_notes(messages, result.messages) or any(
         "cut from the middle" in str(m.get("content")) for m in result.messages
     )
     assert result.tokens_after < result.tokens_before

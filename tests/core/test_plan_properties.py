@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from proxy.core import statements as ledger
 from proxy.core.budget import request_budget
-from proxy.core.messages import Message, is_instruction, role
+from proxy.core.messages import Message, is_instruction
 from proxy.core.plan import (
     Allowances,
     Compacted,
@@ -36,7 +36,7 @@ from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
 from proxy.core.tool_results import is_tool_result
 from proxy.core.units import group_units, is_well_formed
 from tests import builders
-from tests.core.alternation import same_role_pairs
+from tests.core.alternation import matches, same_role_pairs, subsequence_plus_notes
 from tests.core.words import COUNTER, TOOLS
 
 STATEMENTS = (
@@ -149,33 +149,6 @@ def total(messages: list[Message]) -> int:
     return COUNTER.messages(messages) + COUNTER.tools(TOOLS)
 
 
-def _matches(original: Message, produced: Message) -> bool:
-    """`produced` stands for `original`: the same, a result or text cut or cleared, or a
-    message a note was merged into."""
-    if produced == original:
-        return True
-    if role(produced) != role(original):
-        return False
-    if is_tool_result(original):
-        return produced.get("tool_call_id") == original.get("tool_call_id")
-    if "cut from the middle of this message" in str(produced.get("content")):
-        return True
-    return detach_note(produced)[0] == original
-
-
-def _subsequence_plus_notes(inputs: list[Message], outputs: list[Message]) -> bool:
-    position = 0
-    for produced in outputs:
-        if note_of(produced) is not None:
-            continue
-        while position < len(inputs) and not _matches(inputs[position], produced):
-            position += 1
-        if position == len(inputs):
-            return False
-        position += 1
-    return True
-
-
 def _least_possible(
     messages: list[Message], allowances: Allowances, *, cut_text: bool = False
 ) -> int:
@@ -225,10 +198,10 @@ def test_every_compaction_keeps_the_rules(case: Case, how: str) -> None:
     # Leading instructions first, order kept, the newest unit present at the end.
     head = list(itertools.takewhile(is_instruction, messages))
     assert out[: len(head)] == head
-    assert _subsequence_plus_notes(messages, out)
+    assert subsequence_plus_notes(messages, out)
     newest = group_units(messages)[-1]
     kept = out[len(out) - len(newest) :]
-    assert all(_matches(a, b) for a, b in zip(messages[newest.start :], kept, strict=True))
+    assert all(matches(a, b) for a, b in zip(messages[newest.start :], kept, strict=True))
     # Honest numbers, and never bigger.
     assert result.tokens_after == total(out)
     assert result.fits == situation.budget.fits(result.tokens_after)
