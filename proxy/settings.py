@@ -128,6 +128,10 @@ class SummaryBrainSettings(_Section):
     api_key: SecretStr | None = None
     timeout_s: float = Field(default=120.0, gt=0)
     context_window: int | None = Field(default=None, gt=0)
+    breaker_failures: int = Field(default=3, ge=1)
+    """Failed summaries in a row after which the summarizer is not asked for a while."""
+    breaker_cool_off_s: float = Field(default=60.0, gt=0)
+    """How long it is not asked then (compaction goes on without summaries)."""
 
     @field_validator("base_url")
     @classmethod

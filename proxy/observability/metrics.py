@@ -143,6 +143,16 @@ class Metrics:
             "Summaries that failed (the span was truncated instead).",
             registry=registry,
         )
+        self._summaries_skipped = Counter(
+            f"{PREFIX}summaries_skipped",
+            "Summaries not asked because the summarizer's circuit breaker was open.",
+            registry=registry,
+        )
+        self._breaker_open = Gauge(
+            f"{PREFIX}summarizer_breaker_open",
+            "1 while the summarizer's circuit breaker is open (it failed repeatedly), else 0.",
+            registry=registry,
+        )
         self._summary_latency = Histogram(
             f"{PREFIX}summarizer_latency_seconds",
             "Seconds each summary took, all its parts together, failed ones included.",
@@ -199,6 +209,16 @@ class Metrics:
         self._compactions.labels(strategy, trigger).inc()
         self._tokens_before.labels(strategy).inc(max(before, 0))
         self._tokens_after.labels(strategy).inc(max(after, 0))
+
+    @_never_raises
+    def summary_skipped(self) -> None:
+        """A summary was not asked: the breaker is open."""
+        self._summaries_skipped.inc()
+
+    @_never_raises
+    def summarizer_breaker(self, *, open_: bool) -> None:
+        """The summarizer's breaker opened or closed."""
+        self._breaker_open.set(1 if open_ else 0)
 
     @_never_raises
     def summary(self, seconds: float, *, failed: bool) -> None:

@@ -25,6 +25,7 @@ from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
 from proxy.core import hooks
+from proxy.core.breaker import Breaker
 from proxy.core.commands import command_of
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.policy import ModelPolicies
@@ -55,6 +56,8 @@ class ServiceConfig:
     rules: tuple[hooks.Hook, ...] = ()
     upstream_api_key: str | None = None
     summary_timeout_s: float = 120.0
+    summary_breaker: Breaker = field(default_factory=Breaker)
+    """After how many failed summaries in a row, and for how long, summaries are skipped."""
     chat_commands: bool = False
     log_content: bool = False
     """Put the last user message (truncated) in each request's log line."""
@@ -91,6 +94,7 @@ class ProxyService:
             summarizer=summarizer or Summarizer(upstream),
             rules=config.rules,
             summary_timeout_s=config.summary_timeout_s,
+            breaker=config.summary_breaker,
             metrics=metrics,
         )
         self._background: set[asyncio.Task[None]] = set()
@@ -222,6 +226,15 @@ class ProxyService:
             )
         )
         return streamed(response)
+
+    def details(self) -> dict[str, str]:
+        """What works in a degraded way, by part (the proxy still serves): empty when all
+        is well."""
+        found = {}
+        summarizer = self._compactor.summarizer_state()
+        if summarizer is not None:
+            found["summarizer"] = summarizer
+        return found
 
     async def readiness(self) -> dict[str, str]:
         """What is not usable, by part; empty when the proxy is ready to serve."""

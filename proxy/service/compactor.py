@@ -14,10 +14,12 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.adapters.summarizer import Summarizer, SummaryFailedError, SummaryResult
 from proxy.core import hooks
+from proxy.core.breaker import Breaker
 from proxy.core.messages import Message, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, Unchanged, plan_compaction
 from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
@@ -65,11 +67,15 @@ class Compactor:
         rules: tuple[hooks.Hook, ...],
         summary_timeout_s: float,
         metrics: Metrics,
+        breaker: Breaker | None = None,
     ) -> None:
         self._memory = memory
         self._summarizer = summarizer
         self._rules = rules
         self._metrics = metrics
+        # One per process: a brain that keeps failing is skipped for a while (see breaker.py).
+        self._breaker = breaker or Breaker()
+        self._clock: Callable[[], float] = time.monotonic
         self._lock_ttl_s = summary_timeout_s * 2 + 30
         # When each hook last fired, per session; bounded, least recently used dropped first
         # (a forgotten session only loses its hooks' cooldowns).
@@ -178,6 +184,9 @@ class Compactor:
     async def _summarized(
         self, need: NeedsSummary, turn: Turn
     ) -> tuple[Compacted | Checkpoint, SummaryResult | None]:
+        if not self._breaker.allows(self._clock()):
+            self._metrics.summary_skipped()
+            return need.fallback(), None
         name = f"compact:{turn.hashes[-1]}"
         token = await self._memory.acquire(turn.tenant, name, self._lock_ttl_s)
         if token is None:
@@ -188,10 +197,42 @@ class Compactor:
             summary = await self._summary(need, turn)
         except SummaryFailedError as exc:
             logger.warning("summary failed, truncating instead: %s", exc)
+            self._summary_failed()
             return need.fallback(), None
         finally:
             await self._memory.release(turn.tenant, name, token)
+        self._summary_worked()
         return need.complete(summary.text), summary
+
+    def _summary_failed(self) -> None:
+        now = self._clock()
+        opening = self._breaker.state(now) != "open"
+        self._breaker = self._breaker.failed(now)
+        if opening and self._breaker.state(now) == "open":
+            # Logged once per opening, not on every skipped summary.
+            logger.warning(
+                "the summarizer failed %d times in a row: not asking it for %.0f s, "
+                "compacting without summaries meanwhile",
+                self._breaker.failures,
+                self._breaker.cool_off_s,
+            )
+            self._metrics.summarizer_breaker(open_=True)
+
+    def _summary_worked(self) -> None:
+        if self._breaker.open_until is not None:
+            logger.warning("the summarizer answers again: summaries resume")
+            self._metrics.summarizer_breaker(open_=False)
+        self._breaker = self._breaker.succeeded()
+
+    def summarizer_state(self) -> str | None:
+        """Why summaries are not asked now (None when they are)."""
+        now = self._clock()
+        if self._breaker.allows(now) or self._breaker.open_until is None:
+            return None
+        return (
+            f"circuit open after {self._breaker.failures} failed summaries in a row; "
+            f"compacting without summaries for {self._breaker.open_until - now:.0f} s more"
+        )
 
     async def _summary(self, need: NeedsSummary, turn: Turn) -> SummaryResult:
         # The request model's window, decided by the one rule; a brain with a model of its

@@ -22,6 +22,7 @@ from proxy.adapters.store import Store, open_store
 from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.adapters.upstream import Upstream
+from proxy.core.breaker import Breaker
 from proxy.errors import ProxyError
 from proxy.observability.metrics import Metrics
 from proxy.service import ProxyService, ServiceConfig
@@ -118,6 +119,10 @@ def _service_config(settings: Settings) -> ServiceConfig:
         rules=settings.hook_rules(),
         upstream_api_key=_secret(settings.upstream.api_key),
         summary_timeout_s=settings.context.summary_brain.timeout_s,
+        summary_breaker=Breaker(
+            threshold=settings.context.summary_brain.breaker_failures,
+            cool_off_s=settings.context.summary_brain.breaker_cool_off_s,
+        ),
         chat_commands=settings.chat_commands,
         log_content=settings.log.content,
     )

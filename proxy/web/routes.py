@@ -44,11 +44,16 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 async def readyz(request: Request) -> JSONResponse:
-    """Readiness: the upstream client and the store are usable."""
-    problems = await _service(request).readiness()
+    """Readiness: the upstream client and the store are usable. Parts that work degraded
+    (a summarizer whose breaker is open) are named in `details` and keep the proxy ready:
+    it still serves every request."""
+    service = _service(request)
+    problems = await service.readiness()
+    details = service.details()
     if problems:
-        return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
-    return JSONResponse({"status": "ready"})
+        body: dict[str, object] = {"status": "unavailable", "problems": problems}
+        return JSONResponse({**body, **({"details": details} if details else {})}, 503)
+    return JSONResponse({"status": "ready", **({"details": details} if details else {})})
 
 
 async def metrics(request: Request) -> Response:

@@ -1,0 +1,100 @@
+"""The summarizer's circuit breaker, through the proxy app: a brain that keeps failing is
+skipped for a cool-off (compaction goes on without it), shown in /metrics and /readyz, and
+asked again afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from proxy.mock_upstream import MockUpstream, Reply
+from proxy.service import ProxyService
+from proxy.web import create_app
+from tests.conftest import make_settings
+from tests.observability.scrape import scrape, value
+from tests.servers import serve_in_thread
+
+WORDS = "the build failed again on the staging cluster while the queue kept growing "
+DOWN = Reply(status=500, error={"error": {"message": "the brain is down", "type": "server_error"}})
+
+
+@pytest.fixture
+def brain() -> MockUpstream:
+    return MockUpstream(default=DOWN)
+
+
+@pytest.fixture
+def brain_url(brain: MockUpstream) -> Iterator[str]:
+    with serve_in_thread(brain.app) as base_url:
+        yield f"{base_url}/v1"
+
+
+def summaries_asked(brain: MockUpstream) -> int:
+    return sum(r.path.endswith("/chat/completions") for r in brain.requests)
+
+
+async def turns(app: FastAPI, messages: list[Any], count: int) -> list[str]:
+    """`count` more long user turns through the proxy; the strategies applied."""
+    applied = []
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
+    async with openai.AsyncOpenAI(
+        api_key="sk-breaker", base_url="http://proxy/v1", http_client=http, max_retries=0
+    ) as client:
+        for _ in range(count):
+            messages.append({"role": "user", "content": f"turn {len(messages)}: " + WORDS * 40})
+            raw = await client.chat.completions.with_raw_response.create(
+                model="mock-model", messages=messages
+            )
+            applied.append(raw.headers["x-compaction-applied"])
+            reply = raw.parse().choices[0].message.content
+            messages.append({"role": "assistant", "content": reply})
+    return applied
+
+
+async def ops(app: FastAPI) -> tuple[dict[str, Any], float]:
+    """/readyz's body and the breaker gauge."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+        ready = (await http.get("/readyz")).json()
+        samples = await scrape(http)
+    return ready, value(samples, "summarizer_breaker_open")
+
+
+async def test_a_failing_summarizer_is_skipped_for_its_cool_off_then_asked_again(
+    upstream_url: str, brain: MockUpstream, brain_url: str
+) -> None:
+    context = {
+        "context_window": 6000,
+        "cooldown_turns": 0,
+        "summary_brain": {"base_url": brain_url, "breaker_failures": 2, "breaker_cool_off_s": 1},
+    }
+    app = create_app(make_settings(upstream_url, context=context))
+    messages: list[Any] = [{"role": "system", "content": "Be brief."}]
+    async with LifespanManager(app):
+        applied = await turns(app, messages, 24)
+        compactions = [a for a in applied if a != "none"]
+        # Two failures open the breaker; every later compaction went on without asking.
+        assert summaries_asked(brain) == 2
+        assert len(compactions) > 2
+        assert set(compactions) == {"truncate"}
+        ready, gauge = await ops(app)
+        assert ready["status"] == "ready"
+        assert "circuit open after 2 failed summaries" in ready["details"]["summarizer"]
+        assert gauge == 1
+        # After the cool-off, with the brain back, the next compaction asks it and succeeds.
+        brain.default = None
+        await asyncio.sleep(1.1)
+        later = await turns(app, messages, 12)
+        assert "summarize" in later
+        ready, gauge = await ops(app)
+        assert (ready, gauge) == ({"status": "ready"}, 0)
+        service: ProxyService = app.state.service
+        await service.settle()
