@@ -3,9 +3,10 @@
 The core decides; this module performs. Hooks due at `turn_start` run in order (log lines,
 messages to inject, compactions). A compaction runs the core's plan on the turn's view; a
 summary is written by the summary brain under a lock, so that across all replicas only one
-summary is made for one prefix (a request that finds the lock held waits a bounded time for
-the holder's checkpoint, then truncates without storing anything). Every compaction is
-frozen as a checkpoint, so the next requests forward the same prefix, byte for byte.
+summary is made for one prefix: the lock is held until the checkpoint is stored, a request
+that finds it held waits a bounded time for the holder's checkpoint (then truncates), and one
+that gets it after another let it go uses that one's checkpoint. Every compaction is frozen
+as a checkpoint, so the next requests forward the same prefix, byte for byte.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from proxy.adapters.summarizer import Summarizer, SummaryFailedError, SummaryResult
 from proxy.core import hooks
 from proxy.core.breaker import Breaker
 from proxy.core.messages import Message, tool_calls
-from proxy.core.plan import Compacted, NeedsSummary, Plan, Situation, Unchanged, plan_compaction
+from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
@@ -165,44 +167,63 @@ class Compactor:
         # Whether compaction had its chance: after it, a request still over the provider's
         # window cannot be helped, and the proxy answers the overflow itself.
         outcome.tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
-        result, summary = await self._resolve(plan, turn)
-        if isinstance(result, Checkpoint):
-            _adopt(turn, result, outcome)
-        elif result is not None and result.steps:
-            trigger = trigger or ("hook" if action.force else "pressure")
-            await self.freeze(turn, result, trigger, outcome, summary)
-
-    async def _resolve(
-        self, plan: Plan, turn: Turn
-    ) -> tuple[Compacted | Checkpoint | None, SummaryResult | None]:
-        if isinstance(plan, Compacted):
-            return plan, None
+        trigger = trigger or ("hook" if action.force else "pressure")
         if isinstance(plan, NeedsSummary):
-            return await self._summarized(plan, turn)
-        return None, None
+            await self._summarize_once(plan, turn, outcome, trigger)
+        elif isinstance(plan, Compacted):
+            await self._store(turn, plan, trigger, outcome)
 
-    async def _summarized(
-        self, need: NeedsSummary, turn: Turn
-    ) -> tuple[Compacted | Checkpoint, SummaryResult | None]:
+    async def _summarize_once(
+        self, need: NeedsSummary, turn: Turn, outcome: Outcome, trigger: str
+    ) -> None:
+        """Summarize and store under this prefix's lock, across all replicas.
+
+        The lock is held until the checkpoint is stored (or the attempt given up): a request
+        that gets it after another one let it go finds that one's checkpoint and uses it
+        instead of writing a second summary of the same prefix.
+        """
         if not self._breaker.allows(self._clock()):
             self._metrics.summary_skipped()
-            return need.fallback(), None
+            await self._store(turn, need.fallback(), trigger, outcome)
+            return
         name = f"compact:{turn.hashes[-1]}"
         token = await self._memory.acquire(turn.tenant, name, self._lock_ttl_s)
         if token is None:
             # Another request (maybe on another replica) is summarizing this very prefix.
             waited = await self._wait_for_checkpoint(turn)
-            return (waited if waited is not None else need.fallback()), None
+            if waited is not None:
+                _adopt(turn, waited, outcome)
+            else:
+                await self._store(turn, need.fallback(), trigger, outcome)
+            return
         try:
-            summary = await self._summary(need, turn)
-        except SummaryFailedError as exc:
-            logger.warning("summary failed, truncating instead: %s", exc)
-            self._summary_failed()
-            return need.fallback(), None
+            stored = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
+            if _newer(stored, turn):
+                _adopt(turn, stored, outcome)
+                return
+            try:
+                summary = await self._summary(need, turn)
+            except SummaryFailedError as exc:
+                logger.warning("summary failed, truncating instead: %s", exc)
+                self._summary_failed()
+                await self._store(turn, need.fallback(), trigger, outcome)
+                return
+            self._summary_worked()
+            await self._store(turn, need.complete(summary.text), trigger, outcome, summary)
         finally:
             await self._memory.release(turn.tenant, name, token)
-        self._summary_worked()
-        return need.complete(summary.text), summary
+
+    async def _store(
+        self,
+        turn: Turn,
+        result: Compacted,
+        trigger: str,
+        outcome: Outcome,
+        summary: SummaryResult | None = None,
+    ) -> None:
+        # A result with no step changed nothing (a summary no smaller than its span).
+        if result.steps:
+            await self.freeze(turn, result, trigger, outcome, summary)
 
     def _summary_failed(self) -> None:
         now = self._clock()
@@ -309,6 +330,12 @@ def unchanged(turn: Turn) -> Outcome:
     messages = turn.view()
     tokens = turn.tokens(messages)
     return Outcome(messages, tokens, tokens, turn.budget.pressure(tokens))
+
+
+def _newer(checkpoint: Checkpoint | None, turn: Turn) -> TypeGuard[Checkpoint]:
+    """Whether `checkpoint` covers more of the conversation than the one the turn came with."""
+    covered = turn.checkpoint.covered if turn.checkpoint else 0
+    return checkpoint is not None and checkpoint.covered > covered
 
 
 def _adopt(turn: Turn, checkpoint: Checkpoint, outcome: Outcome) -> None:

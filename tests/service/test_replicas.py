@@ -213,3 +213,26 @@ async def test_summarizer_down_truncates_and_the_request_succeeds() -> None:
     assert response.status_code == 200
     assert response.headers["x-compaction-applied"] == "truncate"
     assert provider.summary_calls == 0
+
+
+async def test_fifty_identical_requests_on_two_replicas_make_one_summary(
+    redis_server: RedisServer,
+) -> None:
+    # Fast summaries: the race is between one request storing its checkpoint and the next
+    # taking the lock; the lock is held until the checkpoint is stored, and a request that
+    # gets it afterwards uses the stored checkpoint.
+    provider = MockUpstream(window=WINDOW)
+    async with (
+        serve(provider.app) as base,
+        proxy(f"{base}/v1", redis_server.url) as one,
+        proxy(f"{base}/v1", redis_server.url) as two,
+    ):
+        for trial in range(10):
+            before = provider.summary_calls
+            messages = long_chat(30)
+            messages[0] = {"role": "user", "content": f"Plan migration {trial}."}
+            replies = await asyncio.gather(
+                *(chat(one if i % 2 else two, messages) for i in range(50))
+            )
+            assert provider.summary_calls - before == 1, trial
+            assert len({r.headers["x-session-id"] for r in replies}) == 1
