@@ -46,7 +46,7 @@ from typing import Any, Protocol
 from proxy.core import statements as ledger
 from proxy.core.budget import Budget
 from proxy.core.ledger import appendix, extract_facts, missing_facts
-from proxy.core.messages import Message, is_instruction, role, text, tool_call_name
+from proxy.core.messages import Message, is_instruction, role, tool_call_name
 from proxy.core.policy import ContextPolicy
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
@@ -58,7 +58,14 @@ from proxy.core.summary import (
     summary_request,
     summary_text,
 )
-from proxy.core.tool_results import clear, is_cleared, is_tool_result, is_trimmed, trim
+from proxy.core.tool_results import (
+    clear,
+    is_cleared,
+    is_tool_result,
+    is_trimmed,
+    names_kept,
+    trim,
+)
 from proxy.core.turns import shrink_old_turns
 from proxy.core.units import Pins, Unit, group_units, is_well_formed, pins
 
@@ -177,7 +184,9 @@ class NeedsSummary:
         # The earlier summary's facts count too: a rolling summary that drops one loses it
         # for good, since the turns it came from are gone.
         # A cleared result's facts went with it (its size is no fact); the names it kept stay.
-        sources = [_names_of(m) if is_cleared(m) else m for m in self.span]
+        sources = [
+            {"role": "tool", "content": names_kept(m)} if is_cleared(m) else m for m in self.span
+        ]
         if self.previous:
             sources.insert(0, {"role": "assistant", "content": self.previous})
         checked = _with_lost_facts(clipped, sources, kept, work)
@@ -680,12 +689,6 @@ def _is_user_at(messages: Sequence[Message], index: int) -> bool:
 
 
 # --- The summary's facts ---------------------------------------------------------------------
-
-
-def _names_of(cleared: Message) -> Message:
-    """A cleared result as the names its placeholder kept."""
-    _, _, names = text(cleared).partition("; it mentioned ")
-    return {"role": "tool", "content": names}
 
 
 def _clipped(summary: str, allowance: int, count: Callable[[str], int]) -> str:

@@ -34,6 +34,7 @@ _HEAD_SHARE = 0.6
 # model can still refer to them, and ask for them again by name. Bounded per placeholder.
 _KEPT_KINDS = frozenset({"identifier", "hash", "path", "url", "email"})
 MAX_KEPT_NAMES = 6
+_MENTIONED = "; it mentioned "
 MAX_KEPT_CHARS = 240
 
 
@@ -56,12 +57,19 @@ def clear(message: Message, tool_name: str | None, tokens: int) -> Message:
     the first few identifiers the result mentioned (verbatim)."""
     name = tool_name or message.get("name") or "tool"
     names = kept_names(text(message))
-    mentioned = f"; it mentioned {', '.join(names)}" if names else ""
+    mentioned = f"{_MENTIONED}{', '.join(names)}" if names else ""
     note = (
         f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here{mentioned}; "
         "call it again if needed]"
     )
     return {**message, "content": note}
+
+
+def names_kept(cleared: Message) -> str:
+    """What the placeholder of a cleared result kept of it: the names it mentioned ("" if
+    none). Its size and wording are no facts of the conversation."""
+    _, _, names = text(cleared).partition(_MENTIONED)
+    return names.removesuffix("; call it again if needed]")
 
 
 def kept_names(body: str) -> list[str]:

@@ -171,7 +171,7 @@ class Compactor:
         if isinstance(plan, NeedsSummary):
             await self._summarize_once(plan, turn, outcome, trigger)
         elif isinstance(plan, Compacted):
-            await self._store(turn, plan, trigger, outcome)
+            await self.freeze(turn, plan, trigger, outcome)
 
     async def _summarize_once(
         self, need: NeedsSummary, turn: Turn, outcome: Outcome, trigger: str
@@ -184,7 +184,7 @@ class Compactor:
         """
         if not self._breaker.allows(self._clock()):
             self._metrics.summary_skipped()
-            await self._store(turn, need.fallback(), trigger, outcome)
+            await self.freeze(turn, need.fallback(), trigger, outcome)
             return
         name = f"compact:{turn.hashes[-1]}"
         token = await self._memory.acquire(turn.tenant, name, self._lock_ttl_s)
@@ -194,7 +194,7 @@ class Compactor:
             if waited is not None:
                 _adopt(turn, waited, outcome)
             else:
-                await self._store(turn, need.fallback(), trigger, outcome)
+                await self.freeze(turn, need.fallback(), trigger, outcome)
             return
         try:
             stored = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
@@ -206,24 +206,12 @@ class Compactor:
             except SummaryFailedError as exc:
                 logger.warning("summary failed, truncating instead: %s", exc)
                 self._summary_failed()
-                await self._store(turn, need.fallback(), trigger, outcome)
+                await self.freeze(turn, need.fallback(), trigger, outcome)
                 return
             self._summary_worked()
-            await self._store(turn, need.complete(summary.text), trigger, outcome, summary)
+            await self.freeze(turn, need.complete(summary.text), trigger, outcome, summary)
         finally:
             await self._memory.release(turn.tenant, name, token)
-
-    async def _store(
-        self,
-        turn: Turn,
-        result: Compacted,
-        trigger: str,
-        outcome: Outcome,
-        summary: SummaryResult | None = None,
-    ) -> None:
-        # A result with no step changed nothing (a summary no smaller than its span).
-        if result.steps:
-            await self.freeze(turn, result, trigger, outcome, summary)
 
     def _summary_failed(self) -> None:
         now = self._clock()
@@ -273,11 +261,10 @@ class Compactor:
 
     async def _wait_for_checkpoint(self, turn: Turn) -> Checkpoint | None:
         deadline = time.monotonic() + LOCK_WAIT_S
-        previous = turn.checkpoint.covered if turn.checkpoint else 0
         while time.monotonic() < deadline:
             await asyncio.sleep(_POLL_S)
             found = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
-            if found is not None and found.covered > previous:
+            if _newer(found, turn):
                 return found
         return None
 
@@ -289,7 +276,10 @@ class Compactor:
         outcome: Outcome,
         summary: SummaryResult | None = None,
     ) -> None:
-        """Store `result` as the turn's checkpoint and make it what the turn forwards."""
+        """Store `result` as the turn's checkpoint and make it what the turn forwards
+        (nothing when it took no step: a summary no smaller than its span changed nothing)."""
+        if not result.steps:
+            return
         made = new_checkpoint(
             turn.head,
             turn.body,

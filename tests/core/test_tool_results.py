@@ -15,6 +15,7 @@ from proxy.core.tool_results import (
     is_cleared,
     is_tool_result,
     kept_names,
+    names_kept,
     trim,
 )
 from tests.builders import function_result, tool_result, user
@@ -129,5 +130,8 @@ def test_a_cleared_result_keeps_a_bounded_list_of_the_names_it_mentioned() -> No
     assert kept_names(" ".join(long)) == long[:2]  # a third would pass the character bound
     placeholder = clear(tool_result("c1", body), "grep", 900)
     assert "it mentioned src/pkg/module_0.py, " in placeholder["content"]
+    assert names_kept(placeholder).startswith("src/pkg/module_0.py, src/pkg/module_1.py")
+    assert not names_kept(placeholder).endswith("]")
+    assert names_kept(clear(tool_result("c1", "plain words"), "grep", 9)) == ""
     assert kept_names("nothing specific here") == []
     assert "it mentioned" not in clear(tool_result("c1", "plain words"), "grep", 9)["content"]
