@@ -61,12 +61,15 @@ def chat_history(counter: TokenCounter, tokens: int) -> list[Message]:
 
 
 def with_identity(history: list[Message], name: str) -> list[Message]:
-    """The same history as a conversation of its own: its first body message names it."""
+    """The same history as a conversation of its own: its first two body messages name it
+    (the first is the pinned task; the second starts what a compaction summarizes, so no
+    conversation finds another's summary of the same words)."""
     copy = list(history)
+    named = 0
     for index, message in enumerate(copy):
-        if message.get("role") not in ("system", "developer"):
+        if message.get("role") not in ("system", "developer") and named < 2:
             copy[index] = {**message, "content": f"[{name}] {message.get('content') or ''}"}
-            break
+            named += 1
     return copy
 
 

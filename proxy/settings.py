@@ -132,6 +132,8 @@ class SummaryBrainSettings(_Section):
     """Failed summaries in a row after which the summarizer is not asked for a while."""
     breaker_cool_off_s: float = Field(default=60.0, gt=0)
     """How long it is not asked then (compaction goes on without summaries)."""
+    max_concurrent: int = Field(default=4, ge=1)
+    """Summaries written at once by one replica (more wait their turn, a few at most)."""
 
     @field_validator("base_url")
     @classmethod
@@ -150,6 +152,7 @@ class ContextSettings(_Section):
     strategy: Strategy = "auto"
     keep_recent: int = Field(default=10, ge=0)
     compression_trigger: float = Field(default=0.85, gt=0, le=1)
+    prepare_at: float | None = Field(default=None, gt=0, le=1)
     compaction_target: float = Field(default=0.45, gt=0, le=1)
     summary_max_tokens: int = Field(default=1024, gt=0)
     summary_share: float = Field(default=0.06, gt=0, lt=1)
@@ -166,6 +169,8 @@ class ContextSettings(_Section):
         # Hysteresis: compacting to at or above the trigger would fire again next turn.
         if self.compaction_target >= self.compression_trigger:
             raise ValueError("compaction_target must be below compression_trigger")
+        if self.prepare_at is not None and self.prepare_at > self.compression_trigger:
+            raise ValueError("prepare_at must be at or below compression_trigger")
         return self
 
 
@@ -178,6 +183,7 @@ class ContextOverrides(_Section):
     strategy: Strategy | None = None
     keep_recent: int | None = Field(default=None, ge=0)
     compression_trigger: float | None = Field(default=None, gt=0, le=1)
+    prepare_at: float | None = Field(default=None, gt=0, le=1)
     compaction_target: float | None = Field(default=None, gt=0, le=1)
     summary_max_tokens: int | None = Field(default=None, gt=0)
     summary_share: float | None = Field(default=None, gt=0, lt=1)
@@ -353,6 +359,8 @@ class Settings(_Section):
                 raise ValueError(
                     f"models.{name}: compaction_target must be below compression_trigger"
                 )
+            if policy.prepare_at is not None and policy.prepare_at > policy.compression_trigger:
+                raise ValueError(f"models.{name}: prepare_at must be at or below the trigger")
         return self
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import IO
 
@@ -106,3 +106,11 @@ def _wait_healthy(process: subprocess.Popen[bytes], base_url: str) -> None:
             pass
         time.sleep(0.05)
     raise RuntimeError("compaction-proxy did not become healthy")
+
+
+async def until(condition: Callable[[], bool], *, timeout_s: float) -> None:
+    """Wait for `condition` (work in another process or thread), failing after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"still not true after {timeout_s} s"
+        await asyncio.sleep(0.05)

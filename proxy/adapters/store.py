@@ -181,6 +181,15 @@ class Store(Protocol):
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         """The session's archived history, skipping any message that has expired."""
 
+    async def put_summary(self, tenant: str, key: str, text: str) -> None:
+        """Keep a summary written ahead of time under `key` (`proxy.core.prepared`), for
+        the session TTL."""
+        ...
+
+    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
+        """The summaries stored under any of `keys`, by key."""
+        ...
+
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         """Take the lock `name`: a token for `release`, or None when someone holds it.
 
@@ -339,6 +348,7 @@ class MemoryStore:
         self._sessions = _Expiring[_Key, _Session](clock, ttl_s=ttl, max_entries=max_sessions)
         self._messages = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_messages)
         self._locks = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=10_000)
+        self._summaries = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_checkpoints)
         self._calibrations = _Expiring[str, float](clock, ttl_s=ttl, max_entries=1_000)
         self._windows = _Expiring[str, int](clock, ttl_s=ttl, max_entries=1_000)
         self._clock = clock
@@ -354,7 +364,13 @@ class MemoryStore:
         return None
 
     def _sweep(self) -> None:
-        for entries in (self._checkpoints, self._sessions, self._messages, self._locks):
+        for entries in (
+            self._checkpoints,
+            self._sessions,
+            self._messages,
+            self._locks,
+            self._summaries,
+        ):
             entries.sweep()
 
     async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
@@ -510,6 +526,13 @@ class MemoryStore:
         session = self._sessions.get((tenant, session_id))
         texts = [self._messages.get((tenant, h)) for h in (session.seq if session else ())]
         return [json.loads(text) for text in texts if text is not None]
+
+    async def put_summary(self, tenant: str, key: str, text: str) -> None:
+        self._sweep()
+        self._summaries.put((tenant, key), text)
+
+    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
+        return {key: text for key in keys if (text := self._summaries.get((tenant, key)))}
 
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         self._sweep()
@@ -962,6 +985,19 @@ class RedisStore:
                 return []
             bodies = await self._client.mget([_tenant_key(tenant, "msg", h) for h in hashes])
         return [json.loads(body) for body in bodies if body is not None]
+
+    async def put_summary(self, tenant: str, key: str, text: str) -> None:
+        with _unavailable():
+            await self._client.set(_tenant_key(tenant, "summary", key), text, px=self._ttl_ms)
+
+    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
+        if not keys:
+            return {}
+        with _unavailable():
+            values = await self._client.mget([_tenant_key(tenant, "summary", k) for k in keys])
+        return {
+            key: str(value) for key, value in zip(keys, values, strict=True) if value is not None
+        }
 
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         token = secrets.token_hex(16)

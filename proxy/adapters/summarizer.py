@@ -13,15 +13,28 @@ request never fails because of the summarizer.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
-from proxy.core.plan import NeedsSummary
 from proxy.core.summary import completion_text, split_span
 from proxy.errors import UpstreamError
+
+
+class Summarizable(Protocol):
+    """A span to summarize (`NeedsSummary`, `SummaryTask`): its messages, the summary it
+    folds in, and the request for each part."""
+
+    @property
+    def span(self) -> tuple[Message, ...]: ...
+
+    @property
+    def previous(self) -> str | None: ...
+
+    def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]: ...
 
 
 class SummaryFailedError(Exception):
@@ -54,7 +67,7 @@ class Summarizer:
 
     async def summarize(
         self,
-        need: NeedsSummary,
+        need: Summarizable,
         *,
         credentials: Headers,
         count: Callable[[Message], int],
@@ -102,7 +115,7 @@ class Summarizer:
         return _parse(raw)
 
 
-def _part_limit(need: NeedsSummary, count: Callable[[Message], int], window: int) -> int:
+def _part_limit(need: Summarizable, count: Callable[[Message], int], window: int) -> int:
     """The most span tokens one summary request can carry in `window`.
 
     Each request holds the instructions, the summary so far (the previous one for the first

@@ -64,9 +64,12 @@ def compact_text(result: Mapping[str, Any]) -> str:
     """The `/compact` answer."""
     if not result["compacted"]:
         return "Nothing to compact: the conversation is all pinned or recent messages."
+    waited = result.get("summary_wait_s") or 0
+    summary = f" It waited {waited:.1f} s for the summary." if waited else ""
     return (
         f"Compacted ({result['strategy']}): {result['tokens_before']:,} → "
-        f"{result['tokens_after']:,} tokens. The next request forwards the compacted history."
+        f"{result['tokens_after']:,} tokens.{summary} The next request forwards the compacted "
+        "history."
     )
 
 

@@ -4,8 +4,13 @@
 
 - `Unchanged`: forward as is (under the trigger, in cooldown, malformed, nothing to remove);
 - `Compacted`: forward these messages instead;
-- `NeedsSummary`: ask the summarizer with `request`, then call `complete(summary)` (or
-  `fallback()` if the summarizer failed) to get the `Compacted` result.
+- `NeedsSummary`: the span to summarize; `complete(summary)` with a summary of it (or of its
+  first messages: `covered`) gives the `Compacted` result, `fallback()` truncates instead.
+
+A request never waits for a summary (`proxy.service.preparer`): the summary is written ahead
+of time and found by the span's keys (`proxy.core.prepared`). What a compaction drops with no
+summary covering it is its `dropped` summary task: written afterwards, it is folded into the
+next compaction as its previous summary (`rolled`).
 
 Budgets are shares of the usable input U (`proxy.core.budget`): compaction starts when the
 prompt passes `compression_trigger` x U and lands at or below `compaction_target` x U, so the
@@ -48,6 +53,7 @@ from proxy.core.budget import Budget
 from proxy.core.ledger import appendix, extract_facts, missing_facts
 from proxy.core.messages import Message, is_instruction, role, tool_call_name
 from proxy.core.policy import ContextPolicy
+from proxy.core.prepared import span_keys
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
 from proxy.core.summary import (
@@ -77,7 +83,8 @@ SUMMARY_FLOOR = 128
 # A trimmed message keeps at least this many tokens: less than that is all note and no text.
 _MIN_CUT = 64
 _CUT_ATTEMPTS = 4
-# Steps that finish a landing; the strategy reported is the last step that is not one.
+# Steps that finish a landing; the strategy reported is the last step that is not one (or
+# "summarize", when a summary stands in the result).
 _FINISHING = frozenset({"release_task", "trim_recent", "cap_recent"})
 
 
@@ -148,36 +155,103 @@ class Compacted:
     fits: bool
     """Whether the result fits the usable input (the plan did what it could if not)."""
     steps: tuple[str, ...] = ()
-    """Every reduction used, in order (the strategy is the last one that is not a finish)."""
+    """Every reduction used, in order (the strategy is "summarize" when one of them is, else
+    the last one that is not a finish)."""
+    note: str | None = None
+    """The compaction block's text (its ledger apart), as the next compaction finds it."""
+    dropped: SummaryTask | None = None
+    """What the compaction removed with no summary covering it, as a summary to write later
+    (folded into the next compaction under `note`'s key)."""
+
+    @property
+    def covers(self) -> str | None:
+        """The span key a summary of `dropped` also stands for (a summary of the whole span
+        the compaction was asked to summarize), if it does."""
+        return self.dropped.keys[-1] if self.dropped and self.dropped.keys else None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryTask:
+    """A summary to write: `span` folded into `previous` (the summary before it)."""
+
+    span: tuple[Message, ...]
+    previous: str | None
+    model: str | None
+    max_tokens: int
+    tools: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    """The span key through each message of `span` in its conversation (`NeedsSummary.keys`):
+    a summary found under one covers `span` up to that message (and `previous` with it).
+    Empty when the span is not one a compaction was asked to summarize."""
+
+    def after(self, count: int, previous: str) -> SummaryTask:
+        """The task left when a summary (`previous`) covers the first `count` messages."""
+        return replace(self, span=self.span[count:], previous=previous, keys=self.keys[count:])
+
+    def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]:
+        """The summarizer request for one part of the span (when it is summarized in parts,
+        each part folds in the summary of the parts before it)."""
+        return summary_request(
+            part, previous=previous, model=self.model, max_tokens=self.max_tokens
+        )
+
+    def note(self, summary: str) -> str:
+        """`summary` as the note that stands for the span (what a later compaction folds)."""
+        return summary_text(summary, condensed=len(self.span), tools=self.tools)
 
 
 @dataclass(frozen=True, slots=True)
 class NeedsSummary:
-    """The span to summarize and the request to send; finish with `complete` or `fallback`."""
+    """The span to summarize and the request to send; finish with `complete` or `fallback`
+    (once: the plan's work goes on from there)."""
 
     request: dict[str, Any]
     span: tuple[Message, ...]
     _eviction: _Eviction
+    anchor: str | None
+    """The note the span follows in the conversation (what its keys are chained from)."""
 
     @property
     def previous(self) -> str | None:
         """The earlier summary the new one must fold in, if any."""
         return self._eviction.previous
 
-    def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]:
-        """The summarizer request for one part of the span (when it is summarized in parts,
-        each part folds in the summary of the parts before it)."""
+    @property
+    def keys(self) -> list[str]:
+        """The key of each prefix of the span, shortest first (`proxy.core.prepared`)."""
+        return span_keys(self.anchor, self.span)
+
+    def task(self, covered: int = 0, previous: str | None = None) -> SummaryTask:
+        """The summary to write of the span after its first `covered` messages, folding in
+        `previous` (the summary of those) or, with none covered, the earlier summary."""
         work = self._eviction.work
-        return summary_request(
-            part,
-            previous=previous,
-            model=_model(work.situation.body),
-            max_tokens=work.allowances.summary,
+        return SummaryTask(
+            self.span[covered:],
+            previous if covered else self.previous,
+            _model(work.situation.body),
+            work.allowances.summary,
+            tuple(offered_tools(work.situation.body)),
         )
 
-    def complete(self, summary: str) -> Compacted:
-        """The conversation with the span replaced by `summary` (plus what it lost)."""
+    def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]:
+        """The summarizer request for one part of the span (see `SummaryTask.request_for`)."""
+        return self.task().request_for(part, previous)
+
+    def rolled(self, note: str) -> NeedsSummary:
+        """This plan with `note` as the earlier summary instead of the one the conversation
+        holds (the summary written later of what that one's compaction dropped)."""
+        return replace(self, _eviction=replace(self._eviction, previous=note))
+
+    def complete(self, summary: str, covered: int | None = None) -> Compacted:
+        """The conversation with the span, or its first `covered` messages (a summary
+        prepared before the span grew), replaced by `summary` plus what it lost; the rest of
+        the span is landed like any conversation above its target."""
         eviction = self._eviction
+        if covered is not None and covered < len(self.span):
+            shorter = eviction.first(covered)
+            if shorter is None:
+                return self.fallback()
+            eviction = shorter
         work = eviction.work
         kept = eviction.ledger()
         clipped = _clipped(summary, work.allowances.summary, work.counter.text)
@@ -185,23 +259,34 @@ class NeedsSummary:
         # for good, since the turns it came from are gone.
         # A cleared result's facts went with it (its size is no fact); the names it kept stay.
         sources = [
-            {"role": "tool", "content": names_kept(m)} if is_cleared(m) else m for m in self.span
+            {"role": "tool", "content": names_kept(m)} if is_cleared(m) else m
+            for m in eviction.evicted
         ]
         if self.previous:
             sources.insert(0, {"role": "assistant", "content": self.previous})
         checked = _with_lost_facts(clipped, sources, kept, work)
         tools = offered_tools(work.situation.body)
-        note = summary_text(checked, condensed=len(self.span), tools=tools)
+        note = summary_text(checked, condensed=len(eviction.evicted), tools=tools)
         eviction.apply(note, "summarize", kept)
         _land(work)
-        return work.result()
+        return self._finished()
 
     def fallback(self) -> Compacted:
-        """The conversation truncated instead (the summarizer failed or timed out)."""
+        """The conversation truncated instead (no summary of the span is at hand)."""
         eviction = self._eviction
         eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
         _land(eviction.work)
-        return eviction.work.result()
+        return self._finished()
+
+    def _finished(self) -> Compacted:
+        result = self._eviction.work.result()
+        dropped = result.dropped
+        # What was dropped is the span's end: its summary, rolled over the summary of the
+        # span's start (or the earlier one), is a summary of the whole span.
+        if dropped is None or self.span[len(self.span) - len(dropped.span) :] != dropped.span:
+            return result
+        keys = tuple(self.keys[len(self.span) - len(dropped.span) :])
+        return replace(result, dropped=replace(dropped, keys=keys))
 
 
 Plan = Unchanged | Compacted | NeedsSummary
@@ -265,6 +350,11 @@ class _Work:
     """A fixed token target (the emergency plan's) instead of `compaction_target`'s."""
     summarizes: bool | None = None
     """Whether a summary may be written (None: as the strategy says)."""
+    note: str | None = None
+    """The newest compaction block's text (its ledger apart)."""
+    dropped: list[Message] = field(default_factory=list)
+    """What truncations removed, oldest first, and the note before the first of them."""
+    dropped_after: str | None = None
 
     def __post_init__(self) -> None:
         self.allowances = Allowances.of(self.situation.budget, self.situation.policy)
@@ -346,7 +436,30 @@ class _Work:
         # No step at all: a summary that came back no smaller than its span, so nothing changed.
         fallback = steps[-1] if steps else "none"
         strategy = next((s for s in reversed(steps) if s not in _FINISHING), fallback)
-        return Compacted(self.messages, strategy, self.before, after, fits, steps)
+        if "summarize" in steps:
+            # A summary stands in the result, whatever landed it after (the part of the span
+            # a prepared summary did not cover, truncated): that is what the headers report.
+            strategy = "summarize"
+        dropped = None
+        if self.dropped:
+            body = self.situation.body
+            dropped = SummaryTask(
+                tuple(self.dropped),
+                self.dropped_after,
+                _model(body),
+                self.allowances.summary,
+                tuple(offered_tools(body)),
+            )
+        return Compacted(
+            self.messages,
+            strategy,
+            self.before,
+            after,
+            fits,
+            steps,
+            self.note,
+            dropped,
+        )
 
     def outcome(self) -> Compacted | None:
         """The result if the conversation has reached its target, else None (and always
@@ -420,7 +533,7 @@ def _summarize_layer(work: _Work) -> Plan | None:
         model=_model(work.situation.body),
         max_tokens=allowances.summary,
     )
-    return NeedsSummary(request, eviction.evicted, eviction)
+    return NeedsSummary(request, eviction.evicted, eviction, eviction.previous)
 
 
 def _truncate_layer(work: _Work) -> Plan | None:
@@ -604,6 +717,17 @@ class _Eviction:
         # with a note would change the prefix for nothing.
         return eviction if eviction.evicted else None
 
+    def first(self, count: int) -> _Eviction | None:
+        """This span shortened to its first `count` messages (earlier notes apart), or None
+        when they do not end on a unit's boundary."""
+        seen = 0
+        for index in range(self.start, self.stop):
+            seen += note_of(self.messages[index]) is None
+            if seen == count:
+                ends = any(unit.stop == index + 1 for unit in self.work.units)
+                return replace(self, stop=index + 1) if ends else None
+        return None
+
     def ledger(self) -> list[Statement]:
         """The new note's ledger: the earlier one, then what the span's user said, in budget."""
         work = self.work
@@ -616,10 +740,16 @@ class _Eviction:
         block = ledger.with_ledger(note, self.ledger() if kept is None else kept)
         reduced = [*self.messages[: self.start], *self.messages[self.stop :]]
         messages = splice(reduced, self.start, self.start, block).messages
-        count = self.work.counter.messages
+        work = self.work
+        count = work.counter.messages
         # A note as big as what it replaces would make the request no smaller: not worth it.
-        if count(messages) < count(self.work.messages):
-            self.work.update(messages, step)
+        if count(messages) < count(work.messages):
+            work.update(messages, step)
+            work.note = note
+            if step == "truncate":
+                if not work.dropped:
+                    work.dropped_after = self.previous
+                work.dropped += self.evicted
 
 
 def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens: int) -> int:

@@ -43,6 +43,9 @@ class ContextPolicy:
     """The most messages the recent window keeps (it is also bounded in tokens)."""
     compression_trigger: float = 0.85
     """Compact when the prompt passes this share of the usable input."""
+    prepare_at: float | None = None
+    """Write the summary of the next compaction in the background from this share of the
+    usable input on, so that no request waits for a summary (None: `preparation_level`)."""
     compaction_target: float = 0.45
     """Every compaction lands at or below this share of the usable input."""
     summary_max_tokens: int = 1024
@@ -55,6 +58,16 @@ class ContextPolicy:
     cooldown_turns: int = 2
     max_context_turns: int = 0
     pin_first_user: bool = True
+
+    @property
+    def preparation_level(self) -> float:
+        """Where summaries start being prepared: `prepare_at`, else 0.15 below the trigger
+        (0.70 for the default 0.85), never below half the trigger. A request grows the
+        prompt by a few percent of the window at most in most agents, so this leaves several
+        requests for a summary to be written before the trigger is reached."""
+        if self.prepare_at is not None:
+            return min(self.prepare_at, self.compression_trigger)
+        return max(self.compression_trigger - 0.15, self.compression_trigger / 2)
 
     def replace(self, **changes: Any) -> ContextPolicy:
         """A copy with `changes` applied (the keys a `models:` entry overrides)."""

@@ -53,6 +53,8 @@ class MockUpstream:
     """Play an agent's model when nothing is queued (see `AgentScript`)."""
     summary_quality: SummaryQuality = "good"
     """How well the mock summarizes when the proxy asks it to."""
+    summary_latency_s: float = 0.0
+    """Seconds a summary request waits on top of `latency_s` (a slow summarizer)."""
     cache_granularity: int = 128
     cache_min_tokens: int = 1024
     """Prompt-cache rounding (see proxy/mock_upstream/cache.py): OpenAI caches prefixes of
@@ -141,6 +143,7 @@ class MockUpstream:
         summary = is_summary_request(body)
         if summary:
             self.summary_requests.append(recorded)
+            await asyncio.sleep(self.summary_latency_s)
         reply = self._reply_for(body, summary, meter)
         headers.update(reply.headers)
         if reply.status >= 400:

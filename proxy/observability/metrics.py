@@ -148,6 +148,23 @@ class Metrics:
             "Summaries not asked because the summarizer's circuit breaker was open.",
             registry=registry,
         )
+        self._summaries_prepared = Counter(
+            f"{PREFIX}summaries_prepared",
+            "Summaries written off the request path and stored, by why: ahead of a compaction "
+            "(prepare) or of what a compaction dropped (fold).",
+            ["kind"],
+            registry=registry,
+        )
+        self._summaries_used = Counter(
+            f"{PREFIX}summaries_used",
+            "Compactions that used a summary written ahead (as the summary or folded in).",
+            registry=registry,
+        )
+        self._summaries_wasted = Counter(
+            f"{PREFIX}summaries_wasted",
+            "Summaries this replica prepared that the compaction they were for did not use.",
+            registry=registry,
+        )
         self._breaker_open = Gauge(
             f"{PREFIX}summarizer_breaker_open",
             "1 while the summarizer's circuit breaker is open (it failed repeatedly), else 0.",
@@ -214,6 +231,21 @@ class Metrics:
     def summary_skipped(self) -> None:
         """A summary was not asked: the breaker is open."""
         self._summaries_skipped.inc()
+
+    @_never_raises
+    def summary_prepared(self, kind: str) -> None:
+        """A summary was written off the request path (`prepare` or `fold`) and stored."""
+        self._summaries_prepared.labels(kind).inc()
+
+    @_never_raises
+    def summary_used(self) -> None:
+        """A compaction used a summary written ahead."""
+        self._summaries_used.inc()
+
+    @_never_raises
+    def summary_wasted(self) -> None:
+        """A prepared summary was not used by the compaction it was for."""
+        self._summaries_wasted.inc()
 
     @_never_raises
     def summarizer_breaker(self, *, open_: bool) -> None:

@@ -40,6 +40,7 @@ from proxy.service.commands import ChatCommands
 from proxy.service.compactor import Compactor, Outcome
 from proxy.service.memory import Memory
 from proxy.service.operator import Operator
+from proxy.service.preparer import Preparer
 from proxy.service.replies import Incoming, Reply, buffered, streamed
 from proxy.service.turns import Turn, Turns
 
@@ -58,6 +59,8 @@ class ServiceConfig:
     summary_timeout_s: float = 120.0
     summary_breaker: Breaker = field(default_factory=Breaker)
     """After how many failed summaries in a row, and for how long, summaries are skipped."""
+    summary_concurrency: int = 4
+    """Summaries written at once by this replica."""
     chat_commands: bool = False
     log_content: bool = False
     """Put the last user message (truncated) in each request's log line."""
@@ -89,12 +92,20 @@ class ProxyService:
             upstream=upstream,
             upstream_api_key=api_key,
         )
-        self._compactor = Compactor(
+        # One per process: a brain that keeps failing is skipped for a while (see breaker.py).
+        preparer = Preparer(
             memory=self.memory,
             summarizer=summarizer or Summarizer(upstream),
+            metrics=metrics,
+            breaker=config.summary_breaker,
+            max_concurrent=config.summary_concurrency,
+            lock_ttl_s=config.summary_timeout_s * 2 + 30,
+        )
+        self._compactor = Compactor(
+            memory=self.memory,
+            preparer=preparer,
             rules=config.rules,
             summary_timeout_s=config.summary_timeout_s,
-            breaker=config.summary_breaker,
             metrics=metrics,
         )
         self._background: set[asyncio.Task[None]] = set()
@@ -231,7 +242,7 @@ class ProxyService:
         """What works in a degraded way, by part (the proxy still serves): empty when all
         is well."""
         found = {}
-        summarizer = self._compactor.summarizer_state()
+        summarizer = self._compactor.preparer.state()
         if summarizer is not None:
             found["summarizer"] = summarizer
         return found
@@ -248,12 +259,14 @@ class ProxyService:
         return problems
 
     async def settle(self) -> None:
-        """Wait for the background work started so far (archive, usage, timeline)."""
+        """Wait for the background work started so far (archive, usage, timeline, summaries)."""
         while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        await self._compactor.preparer.settle()
 
     async def aclose(self) -> None:
-        """Let background work finish."""
+        """Let background work finish; summaries being prepared are abandoned."""
+        await self._compactor.preparer.aclose()
         await self.settle()
 
 

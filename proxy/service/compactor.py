@@ -1,12 +1,19 @@
 """Compacting a turn before it is forwarded: hooks, the plan, the summary, the checkpoint.
 
 The core decides; this module performs. Hooks due at `turn_start` run in order (log lines,
-messages to inject, compactions). A compaction runs the core's plan on the turn's view; a
-summary is written by the summary brain under a lock, so that across all replicas only one
-summary is made for one prefix: the lock is held until the checkpoint is stored, a request
-that finds it held waits a bounded time for the holder's checkpoint (then truncates), and one
-that gets it after another let it go uses that one's checkpoint. Every compaction is frozen
-as a checkpoint, so the next requests forward the same prefix, byte for byte.
+messages to inject, compactions). A compaction runs the core's plan on the turn's view. A
+request never waits for a summary: the compaction uses the summary prepared for its span
+(`proxy.service.preparer`) or truncates at once, and the preparer summarizes what it dropped
+for the next one. Once the turn's view is past its preparation level, the summary its next
+compaction needs is started in the background.
+
+Only an explicit `/compact` waits for a summary, written under a lock so that across all
+replicas one summary is made for one prefix: the lock is held until the checkpoint is stored,
+a request that finds it held waits a bounded time for the holder's checkpoint (then
+truncates), and one that gets it after another let it go uses that one's checkpoint.
+
+Every compaction is frozen as a checkpoint, so the next requests forward the same prefix,
+byte for byte.
 """
 
 from __future__ import annotations
@@ -15,18 +22,18 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from proxy.adapters.summarizer import Summarizer, SummaryFailedError, SummaryResult
+from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
-from proxy.core.breaker import Breaker
 from proxy.core.messages import Message, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
+from proxy.core.prepared import covered, note_key
 from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
+from proxy.service.preparer import Preparer
 from proxy.service.turns import Turn
 
 logger = logging.getLogger("proxy.compaction")
@@ -52,6 +59,8 @@ class Outcome:
     """Our count of the request as the client sent it (before any checkpoint was applied)."""
     tried: bool = False
     """Whether the plan ran (not waiting under the trigger, off, or malformed)."""
+    summary_wait_s: float = 0.0
+    """How long the compaction waited for the summarizer (only an explicit one does)."""
 
     @property
     def forwarded(self) -> list[Message]:
@@ -65,19 +74,15 @@ class Compactor:
         self,
         *,
         memory: Memory,
-        summarizer: Summarizer,
+        preparer: Preparer,
         rules: tuple[hooks.Hook, ...],
         summary_timeout_s: float,
         metrics: Metrics,
-        breaker: Breaker | None = None,
     ) -> None:
         self._memory = memory
-        self._summarizer = summarizer
+        self.preparer = preparer
         self._rules = rules
         self._metrics = metrics
-        # One per process: a brain that keeps failing is skipped for a while (see breaker.py).
-        self._breaker = breaker or Breaker()
-        self._clock: Callable[[], float] = time.monotonic
         self._lock_ttl_s = summary_timeout_s * 2 + 30
         # When each hook last fired, per session; bounded, least recently used dropped first
         # (a forgotten session only loses its hooks' cooldowns).
@@ -88,6 +93,7 @@ class Compactor:
         outcome = unchanged(turn)
         for action in self._due(turn, outcome):
             await self._perform(action, turn, outcome)
+        self.preparer.prepare(turn, outcome.messages, outcome.tokens_after)
         return outcome
 
     async def compact_now(self, turn: Turn, outcome: Outcome, strategy: str | None) -> None:
@@ -168,10 +174,56 @@ class Compactor:
         # window cannot be helped, and the proxy answers the overflow itself.
         outcome.tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
         trigger = trigger or ("hook" if action.force else "pressure")
-        if isinstance(plan, NeedsSummary):
+        if isinstance(plan, NeedsSummary) and trigger == "manual":
             await self._summarize_once(plan, turn, outcome, trigger)
+        elif isinstance(plan, NeedsSummary):
+            await self._with_prepared(plan, turn, outcome, trigger)
         elif isinstance(plan, Compacted):
             await self.freeze(turn, plan, trigger, outcome)
+        elif plan.reason == "cooldown":
+            # Over the trigger, yet just compacted: by a request that stored its checkpoint
+            # after this one looked for it (the two were read at once). Forward that one.
+            stored = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
+            if _newer(stored, turn):
+                _adopt(turn, stored, outcome)
+
+    async def _with_prepared(
+        self, need: NeedsSummary, turn: Turn, outcome: Outcome, trigger: str
+    ) -> None:
+        """Compact with the summary prepared for the span (the part of it that one covers),
+        else truncate at once; what no summary covered is summarized for the next time."""
+        keys = need.keys
+        fold = note_key(need.anchor, turn.session) if need.anchor and turn.session else None
+        stored, found = await asyncio.gather(
+            self._memory.find_checkpoint(turn.tenant, turn.hashes),
+            self.preparer.find(turn.tenant, [*([fold] if fold else []), *keys]),
+        )
+        if _newer(stored, turn):
+            # Another request compacted this conversation since this one was read: forward
+            # that (one compaction, and one prefix for the provider's cache).
+            _adopt(turn, stored, outcome)
+            return
+        done = covered(keys, found)
+        # What was prepared for this compaction (a summary of the span's start, the summary
+        # of what the previous compaction dropped), and whether it served.
+        served = {keys[0]: bool(done), **({fold: fold in found} if fold else {})}
+        used = [found[key] for key in (fold, keys[done - 1] if done else None) if key in found]
+        if fold in found:
+            need = need.rolled(found[fold].text)
+        if done:
+            result = need.complete(found[keys[done - 1]].text, covered=done)
+        else:
+            result = need.fallback()
+        # The record names who wrote the summaries it used and what they cost, off the path.
+        prepared = (
+            SummaryResult(used[-1].text, used[-1].model, sum(u.tokens for u in used))
+            if used
+            else None
+        )
+        if await self.freeze(turn, result, trigger, outcome, prepared):
+            # Only the request whose compaction was stored: the others forward that one.
+            self.preparer.settled(turn.tenant, served)
+            self.preparer.fold(turn, result)
 
     async def _summarize_once(
         self, need: NeedsSummary, turn: Turn, outcome: Outcome, trigger: str
@@ -182,7 +234,7 @@ class Compactor:
         that gets it after another one let it go finds that one's checkpoint and uses it
         instead of writing a second summary of the same prefix.
         """
-        if not self._breaker.allows(self._clock()):
+        if not self.preparer.allows():
             self._metrics.summary_skipped()
             await self.freeze(turn, need.fallback(), trigger, outcome)
             return
@@ -201,63 +253,18 @@ class Compactor:
             if _newer(stored, turn):
                 _adopt(turn, stored, outcome)
                 return
+            started = time.perf_counter()
             try:
-                summary = await self._summary(need, turn)
+                summary = await self.preparer.write(need, turn)
             except SummaryFailedError as exc:
                 logger.warning("summary failed, truncating instead: %s", exc)
-                self._summary_failed()
                 await self.freeze(turn, need.fallback(), trigger, outcome)
                 return
-            self._summary_worked()
+            finally:
+                outcome.summary_wait_s = time.perf_counter() - started
             await self.freeze(turn, need.complete(summary.text), trigger, outcome, summary)
         finally:
             await self._memory.release(turn.tenant, name, token)
-
-    def _summary_failed(self) -> None:
-        now = self._clock()
-        opening = self._breaker.state(now) != "open"
-        self._breaker = self._breaker.failed(now)
-        if opening and self._breaker.state(now) == "open":
-            # Logged once per opening, not on every skipped summary.
-            logger.warning(
-                "the summarizer failed %d times in a row: not asking it for %.0f s, "
-                "compacting without summaries meanwhile",
-                self._breaker.failures,
-                self._breaker.cool_off_s,
-            )
-            self._metrics.summarizer_breaker(open_=True)
-
-    def _summary_worked(self) -> None:
-        if self._breaker.open_until is not None:
-            logger.warning("the summarizer answers again: summaries resume")
-            self._metrics.summarizer_breaker(open_=False)
-        self._breaker = self._breaker.succeeded()
-
-    def summarizer_state(self) -> str | None:
-        """Why summaries are not asked now (None when they are)."""
-        now = self._clock()
-        if self._breaker.allows(now) or self._breaker.open_until is None:
-            return None
-        return (
-            f"circuit open after {self._breaker.failures} failed summaries in a row; "
-            f"compacting without summaries for {self._breaker.open_until - now:.0f} s more"
-        )
-
-    async def _summary(self, need: NeedsSummary, turn: Turn) -> SummaryResult:
-        # The request model's window, decided by the one rule; a brain with a model of its
-        # own sizes its parts by its own window (`summary_brain.context_window`, else known).
-        window = turn.budget.context_window
-        started = time.perf_counter()
-        failed = True
-        try:
-            summary = await self._summarizer.summarize(
-                need, credentials=turn.credentials, count=turn.counter.message, window=window
-            )
-            failed = False
-        finally:
-            # A cancelled summary (the client went away) counts as failed: it gave nothing.
-            self._metrics.summary(time.perf_counter() - started, failed=failed)
-        return summary
 
     async def _wait_for_checkpoint(self, turn: Turn) -> Checkpoint | None:
         deadline = time.monotonic() + LOCK_WAIT_S
@@ -275,11 +282,17 @@ class Compactor:
         trigger: str,
         outcome: Outcome,
         summary: SummaryResult | None = None,
-    ) -> None:
+    ) -> bool:
         """Store `result` as the turn's checkpoint and make it what the turn forwards
-        (nothing when it took no step: a summary no smaller than its span changed nothing)."""
+        (nothing when it took no step: a summary no smaller than its span changed nothing).
+
+        Whether this compaction is the one stored: set-if-absent, so when another request
+        froze the same prefix first, its version wins, every request that extends the prefix
+        forwards the same bytes, and only the winner is recorded as a compaction (fifty
+        identical requests are one compaction, not fifty).
+        """
         if not result.steps:
-            return
+            return False
         made = new_checkpoint(
             turn.head,
             turn.body,
@@ -290,6 +303,15 @@ class Compactor:
             tokens_before=result.tokens_before,
             tokens_after=result.tokens_after,
         )
+        if made is None:
+            outcome.messages = result.messages
+            outcome.tokens_after = turn.tokens(outcome.messages)
+            outcome.strategy = result.strategy
+        else:
+            stored = await self._memory.put_checkpoint(turn.tenant, made)
+            _adopt(turn, stored, outcome)
+            if stored is not made:
+                return False
         record = CompactionRecord(
             time.time(),
             trigger,
@@ -305,14 +327,7 @@ class Compactor:
         self._metrics.compaction(
             result.strategy, trigger, estimate(result.tokens_before), estimate(result.tokens_after)
         )
-        if made is None:
-            outcome.messages = result.messages
-        else:
-            # Set-if-absent: when another request froze the same prefix first, its version
-            # wins, so every request that extends this prefix forwards the same bytes.
-            _adopt(turn, await self._memory.put_checkpoint(turn.tenant, made), outcome)
-        outcome.tokens_after = turn.tokens(outcome.messages)
-        outcome.strategy = result.strategy
+        return True
 
 
 def unchanged(turn: Turn) -> Outcome:

@@ -110,6 +110,18 @@ class Memory:
         if session is not None:
             await self._try(self.store.archive(tenant, session, messages, hashes=hashes), None)
 
+    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
+        return await self._try(self.store.find_summaries(tenant, keys), {})
+
+    async def put_summary(self, tenant: str, key: str, text: str) -> bool:
+        """Whether the summary was stored (False: the store is down)."""
+        return await self._try(self._stored(self.store.put_summary(tenant, key, text)), False)
+
+    @staticmethod
+    async def _stored(call: Awaitable[None]) -> bool:
+        await call
+        return True
+
     async def acquire(self, tenant: str, name: str, ttl_s: float) -> str | None:
         # Without the store there is no one to coordinate with: act as the only replica.
         return await self._try(self.store.acquire(tenant, name, ttl_s=ttl_s), "local")

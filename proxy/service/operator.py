@@ -161,6 +161,7 @@ class Operator:
             "strategy": outcome.strategy,
             "tokens_before": turn.budget.estimate(before),
             "tokens_after": turn.budget.estimate(outcome.tokens_after),
+            "summary_wait_s": round(outcome.summary_wait_s, 3),
             "context": context_report(turn, outcome).to_json(),
         }
 

@@ -123,6 +123,7 @@ def _service_config(settings: Settings) -> ServiceConfig:
             threshold=settings.context.summary_brain.breaker_failures,
             cool_off_s=settings.context.summary_brain.breaker_cool_off_s,
         ),
+        summary_concurrency=settings.context.summary_brain.max_concurrent,
         chat_commands=settings.chat_commands,
         log_content=settings.log.content,
     )

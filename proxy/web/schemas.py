@@ -112,6 +112,10 @@ class CompactResult(_Shape):
     strategy: str | None
     tokens_before: int
     tokens_after: int
+    summary_wait_s: float = Field(
+        description="Seconds this call waited for the summarizer: an explicit compaction "
+        "writes its summary at once, where a request's compaction never waits for one."
+    )
     context: ContextReport
 
 

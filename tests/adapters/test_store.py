@@ -322,6 +322,8 @@ CALLS: dict[str, Call] = {
     "set_calibration": lambda s: s.set_calibration("m", 1.1),
     "learned_window": lambda s: s.learned_window("m"),
     "learn_window": lambda s: s.learn_window("m", 1000),
+    "put_summary": lambda s: s.put_summary(A, "s:k", "- a summary"),
+    "find_summaries": lambda s: s.find_summaries(A, ["s:k"]),
 }
 
 
@@ -706,6 +708,25 @@ async def test_concurrent_acquire_has_one_winner(backend: Backend) -> None:
     assert sum(token is not None for token in tokens) == 1
 
 
+# -- prepared summaries ----------------------------------------------------------------------
+
+
+async def test_prepared_summaries_are_found_by_key_within_their_tenant(backend: Backend) -> None:
+    store = backend.store
+    assert await store.find_summaries(A, []) == {}
+    assert await store.find_summaries(A, ["s:1", "s:2"]) == {}
+    await store.put_summary(A, "s:2", "- two, with ünïcode")
+    await store.put_summary(A, "n:x", "[note]")
+    assert await store.find_summaries(A, ["s:1", "s:2", "n:x"]) == {
+        "s:2": "- two, with ünïcode",
+        "n:x": "[note]",
+    }
+    assert await store.find_summaries(B, ["s:2", "n:x"]) == {}
+    if backend.raw is None:  # Redis's TTL is checked with the other keys' below
+        await backend.wait(TTL_S + 1)
+        assert await store.find_summaries(A, ["s:2"]) == {}
+
+
 # -- model facts -----------------------------------------------------------------------------
 
 
@@ -745,13 +766,15 @@ async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) 
     await store.record_compaction(A, "s", record(1))
     await store.archive(A, "s", body)
     await store.learn_window("m", 1000)
+    await store.put_summary(A, "s:k", "- a summary")
     ttls = await _pttls(raw)
     untimed = {key for key, ttl in ttls.items() if ttl == -1}
     assert untimed == {"cp:sessions"}  # the global index is pruned, not expired
     assert all(
         TTL_S * 1000 - 5000 < ttl <= TTL_S * 1000 for key, ttl in ttls.items() if key not in untimed
     )
-    assert len(ttls) == 1 + 1 + 3 + 3 + 1 + 1  # ckpt, index, session keys, messages, global, model
+    # ckpt, index, session keys, messages, global, model, summary
+    assert len(ttls) == 1 + 1 + 3 + 3 + 1 + 1 + 1
 
     await _shorten(raw, ttls)
     await store.record_usage(A, "s", usage={}, pressure=0.5)

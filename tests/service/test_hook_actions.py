@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -91,13 +90,16 @@ async def test_compaction_at_turn_end_prepares_the_next_turn() -> None:
 async def test_history_records_the_summarizer_and_its_cost() -> None:
     provider = MockUpstream()
     async with proxy_with_hooks(provider, []) as (http, service):
-        response = await post(http, long_chat(30))
-        await asyncio.sleep(0)
+        # The conversation grows past the preparation level, its summary is written in the
+        # background, and the compaction at the trigger uses it.
+        for turns in range(20, 31, 2):
+            response = await post(http, long_chat(turns))
+            await service.settle()
         state = await service.memory.store.load_session(
             tenant_of("Bearer sk-replicas"), response.headers["x-session-id"]
         )
     assert state is not None
-    (record,) = state.history
+    (record, *_) = state.history
     assert (record.strategy, record.trigger) == ("summarize", "pressure")
     assert record.summarizer_model == "mock-model"
     assert record.summarizer_tokens > 0

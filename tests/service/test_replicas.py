@@ -12,11 +12,13 @@ from typing import Any
 import httpx
 from asgi_lifespan import LifespanManager
 
+from proxy.core.session import tenant_of
 from proxy.mock_upstream import MockUpstream
+from proxy.service import ProxyService
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer
-from tests.servers import free_port, proxy_process, serve, serve_in_thread
+from tests.servers import free_port, proxy_process, serve, serve_in_thread, until
 from tests.service.agent_run import chat_requests
 
 CONTEXT = {
@@ -41,10 +43,20 @@ def long_chat(turns: int) -> list[dict[str, Any]]:
     return messages
 
 
+class Replica(httpx.AsyncClient):
+    """A client of one in-process proxy, which can wait for the proxy's background work."""
+
+    service: ProxyService
+
+    async def settle(self) -> None:
+        """Wait for the summaries (and the rest) the proxy started in the background."""
+        await self.service.settle()
+
+
 @asynccontextmanager
 async def proxy(
     upstream_url: str, redis_url: str, *, window: int | None = None
-) -> AsyncIterator[httpx.AsyncClient]:
+) -> AsyncIterator[Replica]:
     """The proxy in front of `upstream_url`; `window` configures the model's window (else the
     upstream's /v1/models tells it)."""
     models = {"mock-model": {"context_window": window}} if window else {}
@@ -52,8 +64,9 @@ async def proxy(
     app = create_app(settings)
     async with (
         LifespanManager(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as http,
+        Replica(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as http,
     ):
+        http.service = app.state.service
         yield http
 
 
@@ -69,7 +82,10 @@ async def test_restart_reuses_the_stored_checkpoint(redis_server: RedisServer) -
     async with serve(provider.app) as base:
         async with proxy(f"{base}/v1", redis_server.url) as http:
             first = await chat(http, long_chat(30))
-        assert first.headers["x-compaction-applied"] == "summarize"
+            await http.settle()
+        # Nothing was prepared (the conversation came over the trigger at once): truncated
+        # at once, and what was dropped summarized in the background for the next compaction.
+        assert first.headers["x-compaction-applied"] == "truncate"
         assert provider.summary_calls == 1
         before = chat_requests(provider)[-1].json()["messages"]
         async with proxy(f"{base}/v1", redis_server.url) as http:  # a new process, same Redis
@@ -90,6 +106,7 @@ async def test_two_replicas_make_one_summary(redis_server: RedisServer) -> None:
     ):
         messages = long_chat(30)
         replies = await asyncio.gather(chat(one, messages), chat(two, messages))
+        await asyncio.gather(one.settle(), two.settle())
     assert provider.summary_calls == 1
     bodies = [r.json()["messages"] for r in chat_requests(provider)]
     assert bodies[0] == bodies[1]  # both forwarded the one stored compaction
@@ -191,6 +208,9 @@ async def test_two_proxy_processes_on_one_redis_make_one_summary(
                     http.post(f"{one}/v1/chat/completions", json=body),
                     http.post(f"{two}/v1/chat/completions", json=body),
                 )
+            # The summary is written in the background: wait for it, then for a second one.
+            await until(lambda: provider.summary_calls >= 1, timeout_s=20)
+            await asyncio.sleep(1.0)
     assert [r.status_code for r in replies] == [200, 200]
     assert provider.summary_calls == 1
     first, second = (r.json()["messages"] for r in chat_requests(provider))
@@ -218,9 +238,9 @@ async def test_summarizer_down_truncates_and_the_request_succeeds() -> None:
 async def test_fifty_identical_requests_on_two_replicas_make_one_summary(
     redis_server: RedisServer,
 ) -> None:
-    # Fast summaries: the race is between one request storing its checkpoint and the next
-    # taking the lock; the lock is held until the checkpoint is stored, and a request that
-    # gets it afterwards uses the stored checkpoint.
+    # Fast summaries: the race is between one replica storing the summary and the other
+    # taking the lock; the lock is held until the summary is stored, and a job that gets it
+    # afterwards finds the stored summary. Each replica runs one job per conversation.
     provider = MockUpstream(window=WINDOW)
     async with (
         serve(provider.app) as base,
@@ -230,9 +250,16 @@ async def test_fifty_identical_requests_on_two_replicas_make_one_summary(
         for trial in range(10):
             before = provider.summary_calls
             messages = long_chat(30)
+            # A session and a span of its own (the same span would reuse the stored summary).
             messages[0] = {"role": "user", "content": f"Plan migration {trial}."}
+            messages[1] = {"role": "assistant", "content": f"Step 0 of trial {trial}."}
             replies = await asyncio.gather(
                 *(chat(one if i % 2 else two, messages) for i in range(50))
             )
+            await asyncio.gather(one.settle(), two.settle())
             assert provider.summary_calls - before == 1, trial
             assert len({r.headers["x-session-id"] for r in replies}) == 1
+            session = replies[0].headers["x-session-id"]
+            state = await one.service.memory.session(tenant_of(HEADERS["authorization"]), session)
+            assert state is not None
+            assert state.compactions == 1, trial  # the stored one, not one per request

@@ -68,18 +68,27 @@ async def ops(app: FastAPI) -> tuple[dict[str, Any], float]:
     return ready, value(samples, "summarizer_breaker_open")
 
 
+async def used(app: FastAPI) -> float:
+    """How many compactions used a summary written in the background."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+        return value(await scrape(http), "summaries_used_total")
+
+
 async def test_a_failing_summarizer_is_skipped_for_its_cool_off_then_asked_again(
     upstream_url: str, brain: MockUpstream, brain_url: str
 ) -> None:
     context = {
         "context_window": 6000,
         "cooldown_turns": 0,
-        "summary_brain": {"base_url": brain_url, "breaker_failures": 2, "breaker_cool_off_s": 1},
+        "summary_brain": {"base_url": brain_url, "breaker_failures": 2, "breaker_cool_off_s": 4},
     }
     app = create_app(make_settings(upstream_url, context=context))
     messages: list[Any] = [{"role": "system", "content": "Be brief."}]
     async with LifespanManager(app):
+        service: ProxyService = app.state.service
         applied = await turns(app, messages, 24)
+        await service.settle()  # the summaries are asked in the background
         compactions = [a for a in applied if a != "none"]
         # Two failures open the breaker; every later compaction went on without asking.
         assert summaries_asked(brain) == 2
@@ -91,10 +100,13 @@ async def test_a_failing_summarizer_is_skipped_for_its_cool_off_then_asked_again
         assert gauge == 1
         # After the cool-off, with the brain back, the next compaction asks it and succeeds.
         brain.default = None
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(4.1)
+        assert await used(app) == 0
         later = await turns(app, messages, 12)
+        await service.settle()
+        # Summaries written in the background once the brain answered, used by compactions.
+        assert summaries_asked(brain) > 2
         assert "summarize" in later
+        assert await used(app) >= 1
         ready, gauge = await ops(app)
         assert (ready, gauge) == ({"status": "ready"}, 0)
-        service: ProxyService = app.state.service
-        await service.settle()
