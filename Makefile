@@ -12,7 +12,7 @@ ifneq ($(wildcard ../shared/tiktoken),)
 export TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/tiktoken)
 endif
 
-.PHONY: run test demo e2e lint format bench-http bench-overhead clean
+.PHONY: run test demo e2e lint format bench-http bench-overhead bench-summary clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,13 @@ bench-litellm: $(LITELLM_VENV)/.installed
 
 bench: $(VENV)/.installed-bench bench-litellm
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)
+	$(MAKE) --no-print-directory bench-summary
+
+# The compaction turn's added latency with a 2 s summarizer, this version beside
+# SUMMARY_BEFORE (the last version whose compactions waited for their summaries).
+SUMMARY_BEFORE ?= fe0ca1e
+bench-summary: $(VENV)/.installed-dev
+	$(BIN)/python -m bench.summary_latency --before $(SUMMARY_BEFORE)
 
 bench-quick: $(VENV)/.installed-bench bench-litellm
 	$(BIN)/python -m bench.suite --size quick $(BENCH_ARGS)

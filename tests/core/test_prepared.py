@@ -177,6 +177,8 @@ def test_a_cover_that_does_not_end_on_a_unit_falls_back() -> None:
     result = due.complete("- cut inside a tool call", covered=calls + 1)
     assert "cut inside a tool call" not in str(result.messages)
     assert result.strategy == "truncate"
+    _, nothing, _ = prepared_then_triggered()
+    assert nothing.complete("- covers nothing", covered=0).strategy == "truncate"
 
 
 def test_a_task_after_a_covered_start_folds_in_the_summary_of_it() -> None:
