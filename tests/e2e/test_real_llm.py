@@ -112,8 +112,12 @@ def test_summaries_keep_thirty_turns_inside_a_known_window(
     report = run("window 2048 configured", model_server, redis_server, tmp_path, config)
     reports.append(report)
     check_common(report, model_server)
-    assert {turn.applied for turn in report.turns} == {"none", "summarize"}
-    assert {c.strategy for c in report.stored.checkpoints} == {"summarize"}
+    # Summaries are written in the background: a compaction that comes before its summary
+    # is ready truncates, and the summary is folded into the next one.
+    applied = {turn.applied for turn in report.turns}
+    assert "summarize" in applied
+    assert applied <= {"none", "summarize", "truncate"}
+    assert {c.strategy for c in report.stored.checkpoints} <= {"summarize", "truncate"}
     check_ledger(report)
     # Each summary folds in the previous one and the ledger checks both, so no rolling
     # summary paraphrases a planted fact away.
