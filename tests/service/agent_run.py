@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
 
 from proxy.demo.streams import StreamedMessage
@@ -111,3 +113,30 @@ def prefix_stable_share(requests: list[Recorded]) -> float:
         first, second = before.json()["messages"], after.json()["messages"]
         stable += second[: len(first)] == first
     return stable / len(pairs)
+
+
+CHATTY = "the build failed again on the staging cluster while the queue kept growing "
+
+
+async def chatty_turns(
+    app: Any, messages: list[Any], count: int, *, repeat: int, key: str = "sk-chatty"
+) -> list[tuple[str, float]]:
+    """`count` long user turns (`CHATTY` `repeat` times) through the proxy app `app` with
+    the official SDK, each after the answer to the one before, appended to `messages`: each
+    turn's `x-compaction-applied` and seconds."""
+    done = []
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
+    async with openai.AsyncOpenAI(
+        api_key=key, base_url="http://proxy/v1", http_client=http, max_retries=0
+    ) as client:
+        for _ in range(count):
+            content = f"turn {len(messages)}: " + CHATTY * repeat
+            messages.append({"role": "user", "content": content})
+            started = time.perf_counter()
+            raw = await client.chat.completions.with_raw_response.create(
+                model="mock-model", messages=messages
+            )
+            done.append((raw.headers["x-compaction-applied"], time.perf_counter() - started))
+            answer = raw.parse().choices[0].message.content
+            messages.append({"role": "assistant", "content": answer})
+    return done

@@ -4,12 +4,9 @@ are still written and used, and an outage of the store causes no summary storm."
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import httpx
-import httpx2
-import openai
 from asgi_lifespan import LifespanManager
 
 from proxy.mock_upstream import MockUpstream
@@ -19,8 +16,8 @@ from tests.conftest import make_settings
 from tests.observability.scrape import scrape, value
 from tests.redis_server import RedisServer
 from tests.servers import serve
+from tests.service.agent_run import CHATTY, chatty_turns
 
-WORDS = "the build failed again on the staging cluster while the queue kept growing "
 # Each turn adds about 6 % of the window: a compaction cycle (from where a compaction lands
 # to the trigger) lasts about ten turns, longer than one summary takes.
 CONTEXT = {
@@ -32,27 +29,8 @@ CONTEXT = {
 }
 
 
-async def agent(
-    service: ProxyService, app: Any, turns: int, messages: list[Any]
-) -> list[tuple[str, float]]:
-    """`turns` user turns through the proxy with the official SDK, as an agent makes them
-    (each after the model's answer to the one before); each turn's strategy and seconds."""
-    done = []
-    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
-    async with openai.AsyncOpenAI(
-        api_key="sk-prepared", base_url="http://proxy/v1", http_client=http, max_retries=0
-    ) as client:
-        for _ in range(turns):
-            messages.append({"role": "user", "content": f"turn {len(messages)}: " + WORDS * 30})
-            started = time.perf_counter()
-            raw = await client.chat.completions.with_raw_response.create(
-                model="mock-model", messages=messages
-            )
-            done.append((raw.headers["x-compaction-applied"], time.perf_counter() - started))
-            messages.append(
-                {"role": "assistant", "content": raw.parse().choices[0].message.content}
-            )
-    return done
+async def agent(app: Any, turns: int, messages: list[Any]) -> list[tuple[str, float]]:
+    return await chatty_turns(app, messages, turns, repeat=30, key="sk-prepared")
 
 
 async def test_a_slow_summarizer_delays_no_request_and_its_summaries_are_used() -> None:
@@ -62,7 +40,7 @@ async def test_a_slow_summarizer_delays_no_request_and_its_summaries_are_used() 
         app = create_app(make_settings(f"{base}/v1", context=CONTEXT))
         async with LifespanManager(app):
             service: ProxyService = app.state.service
-            done = await agent(service, app, 40, [{"role": "system", "content": "Be brief."}])
+            done = await agent(app, 40, [{"role": "system", "content": "Be brief."}])
             await service.settle()
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
@@ -90,22 +68,22 @@ async def test_redis_killed_mid_session_makes_no_summary_storm(redis_server: Red
         async with LifespanManager(app):
             service: ProxyService = app.state.service
             messages: list[Any] = [{"role": "system", "content": "Be brief."}]
-            await agent(service, app, 12, messages)
+            await agent(app, 12, messages)
             await service.settle()
             redis_server.stop()
             # Without the store no checkpoint is found: every request over the trigger is
             # compacted again from the request alone, and each could ask for a summary.
             before = provider.summary_calls
-            burst = [*messages, {"role": "user", "content": WORDS * 200}]
+            burst = [*messages, {"role": "user", "content": CHATTY * 200}]
             await asyncio.gather(*(_one(app, burst) for _ in range(50)))
             await service.settle()
             storm = provider.summary_calls - before
             before = provider.summary_calls
-            during = await agent(service, app, 20, messages)
+            during = await agent(app, 20, messages)
             await service.settle()
             calls = provider.summary_calls - before
             redis_server.start()
-            after = await agent(service, app, 4, messages)
+            after = await agent(app, 4, messages)
     # Fifty concurrent compactions of one conversation: one summary in flight, its result
     # kept in process and found by the others.
     assert storm == 1

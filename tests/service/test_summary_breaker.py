@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import httpx2
-import openai
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
@@ -21,8 +19,8 @@ from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.observability.scrape import scrape, value
 from tests.servers import serve_in_thread
+from tests.service.agent_run import chatty_turns
 
-WORDS = "the build failed again on the staging cluster while the queue kept growing "
 DOWN = Reply(status=500, error={"error": {"message": "the brain is down", "type": "server_error"}})
 
 
@@ -43,20 +41,8 @@ def summaries_asked(brain: MockUpstream) -> int:
 
 async def turns(app: FastAPI, messages: list[Any], count: int) -> list[str]:
     """`count` more long user turns through the proxy; the strategies applied."""
-    applied = []
-    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
-    async with openai.AsyncOpenAI(
-        api_key="sk-breaker", base_url="http://proxy/v1", http_client=http, max_retries=0
-    ) as client:
-        for _ in range(count):
-            messages.append({"role": "user", "content": f"turn {len(messages)}: " + WORDS * 40})
-            raw = await client.chat.completions.with_raw_response.create(
-                model="mock-model", messages=messages
-            )
-            applied.append(raw.headers["x-compaction-applied"])
-            reply = raw.parse().choices[0].message.content
-            messages.append({"role": "assistant", "content": reply})
-    return applied
+    done = await chatty_turns(app, messages, count, repeat=40, key="sk-breaker")
+    return [strategy for strategy, _ in done]
 
 
 async def ops(app: FastAPI) -> tuple[dict[str, Any], float]:
