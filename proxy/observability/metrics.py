@@ -162,7 +162,7 @@ class Metrics:
         )
         self._summaries_wasted = Counter(
             f"{PREFIX}summaries_wasted",
-            "Summaries this replica prepared that the compaction they were for did not use.",
+            "Summaries this replica wrote for a conversation whose next compaction used none.",
             registry=registry,
         )
         self._breaker_open = Gauge(
@@ -243,9 +243,9 @@ class Metrics:
         self._summaries_used.inc()
 
     @_never_raises
-    def summary_wasted(self) -> None:
-        """A prepared summary was not used by the compaction it was for."""
-        self._summaries_wasted.inc()
+    def summary_wasted(self, count: int = 1) -> None:
+        """Prepared summaries were not used by the compaction they were for."""
+        self._summaries_wasted.inc(count)
 
     @_never_raises
     def summarizer_breaker(self, *, open_: bool) -> None:

@@ -204,9 +204,8 @@ class Compactor:
             _adopt(turn, stored, outcome)
             return
         done = covered(keys, found)
-        # What was prepared for this compaction (a summary of the span's start, the summary
-        # of what the previous compaction dropped), and whether it served.
-        served = {keys[0]: bool(done), **({fold: fold in found} if fold else {})}
+        # What was prepared for this compaction: the summary of what the previous one
+        # dropped, a summary of the span's start.
         used = [found[key] for key in (fold, keys[done - 1] if done else None) if key in found]
         if fold in found:
             need = need.rolled(found[fold].text)
@@ -222,7 +221,7 @@ class Compactor:
         )
         if await self.freeze(turn, result, trigger, outcome, prepared):
             # Only the request whose compaction was stored: the others forward that one.
-            self.preparer.settled(turn.tenant, served)
+            self.preparer.settled(turn, used=bool(used))
             self.preparer.fold(turn, result)
 
     async def _summarize_once(

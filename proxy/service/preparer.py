@@ -49,7 +49,7 @@ logger = logging.getLogger("proxy.compaction")
 # Summaries kept in this process (by tenant and key), the least recently used dropped first:
 # what serves this replica's requests while the store is down.
 MAX_KEPT = 2_000
-# Prepared summaries still waiting for the compaction they are for (for the wasted count).
+# Conversations with summaries prepared here since their last compaction (the wasted count).
 MAX_AWAITING = 10_000
 # Conversations whose last preparation check is remembered (a check runs a forced plan).
 MAX_CHECKED = 10_000
@@ -90,7 +90,7 @@ class Preparer:
         self._next: dict[_Conversation, _Job] = {}
         self._kept: OrderedDict[tuple[str, str], SummaryResult] = OrderedDict()
         self._unstored: OrderedDict[tuple[str, str], SummaryResult] = OrderedDict()
-        self._awaiting: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._awaiting: OrderedDict[_Conversation, int] = OrderedDict()
         self._checked: OrderedDict[_Conversation, tuple[str | None, int]] = OrderedDict()
 
     # --- finding -----------------------------------------------------------------------------
@@ -104,16 +104,17 @@ class Preparer:
             found |= {key: parsed for key, raw in stored.items() if (parsed := _parsed(raw))}
         return found
 
-    def settled(self, tenant: str, served: Mapping[str, bool]) -> None:
-        """A compaction happened: of the summaries prepared for it (by key), those marked
-        True served it; the others, if this replica prepared them, were wasted."""
-        if any(served.values()):
+    def settled(self, turn: Turn, *, used: bool) -> None:
+        """`turn`'s conversation was compacted, with a summary written ahead (`used`) or
+        without: the summaries this replica prepared for it since its last compaction were
+        wasted if none was used."""
+        if used:
             self._metrics.summary_used()
-        for key, used in served.items():
-            prepared_here = (tenant, key) in self._awaiting
-            self._awaiting.pop((tenant, key), None)
-            if prepared_here and not used:
-                self._metrics.summary_wasted()
+        if turn.session is None:
+            return
+        prepared = self._awaiting.pop((turn.tenant, turn.session), 0)
+        if prepared and not used:
+            self._metrics.summary_wasted(prepared)
 
     # --- starting jobs -----------------------------------------------------------------------
 
@@ -148,7 +149,7 @@ class Preparer:
         outputs = {key: dropped.note, **({result.covers: _raw} if result.covers else {})}
 
         def job() -> Coroutine[Any, Any, None]:
-            return self._write(turn, dropped, key, outputs, "fold", lock=result.covers or key)
+            return self._write(turn, dropped, outputs, "fold", lock=result.covers or key)
 
         if conversation in self._running:
             self._next[conversation] = job  # the latest compaction's drop is the one to fold
@@ -199,13 +200,12 @@ class Preparer:
         # loses less than one summary's worth (the ledger keeps what the user said in it).
         if not task.span or (done and turn.counter.messages(task.span) < task.max_tokens):
             return
-        await self._write(turn, task, keys[0], {keys[-1]: _raw}, "prepare", lock=keys[-1])
+        await self._write(turn, task, {keys[-1]: _raw}, "prepare", lock=keys[-1])
 
     async def _write(
         self,
         turn: Turn,
         task: SummaryTask,
-        cycle: str,
         outputs: Mapping[str, Callable[[str], str]],
         kind: str,
         *,
@@ -215,6 +215,7 @@ class Preparer:
         keys (as the function of that key makes it of the summary). `lock` names what it
         summarizes: a preparation and a fold of the same span take the same lock."""
         tenant = turn.tenant
+        conversation = (tenant, turn.session or "")
         async with self._slots:
             await self._flush()
             if not self._breaker.allows(self._clock()):
@@ -247,7 +248,8 @@ class Preparer:
                 for key, shape in outputs.items():
                     await self._keep(tenant, key, replace(summary, text=shape(summary.text)))
                 self._metrics.summary_prepared(kind)
-                self._remember(self._awaiting, (tenant, cycle), None, MAX_AWAITING)
+                count = self._awaiting.get(conversation, 0) + 1
+                self._remember(self._awaiting, conversation, count, MAX_AWAITING)
             finally:
                 await self._memory.release(tenant, name, token)
 
@@ -268,9 +270,10 @@ class Preparer:
         table.pop(key, None)
         table[key] = value
         while len(table) > bound:
-            table.popitem(last=False)
+            _, forgotten = table.popitem(last=False)
             if table is self._awaiting:
-                self._metrics.summary_wasted()  # never used while this replica remembered it
+                # Never used while this replica remembered the conversation.
+                self._metrics.summary_wasted(forgotten)
 
     # --- the summarizer and its breaker --------------------------------------------------------
 

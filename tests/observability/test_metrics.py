@@ -134,6 +134,7 @@ async def test_compactions_count_strategy_trigger_tokens_and_summaries() -> None
     assert value(samples, "summarizer_calls_total") == calls > 0
     assert total(samples, "summaries_prepared_total") == calls
     assert value(samples, "summaries_used_total") == len(compactions)
+    assert value(samples, "summaries_wasted_total") == 0
     assert value(samples, "summarizer_latency_seconds_count") == calls
     assert value(samples, "summarizer_failures_total") == 0
 

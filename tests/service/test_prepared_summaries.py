@@ -104,3 +104,29 @@ async def _one(app: Any, messages: list[Any]) -> None:
             "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-prepared"}
         )
     assert response.status_code == 200
+
+
+async def test_a_summary_prepared_for_history_the_client_then_rewrote_is_counted_wasted() -> None:
+    provider = MockUpstream(window=8000)
+    async with serve(provider.app) as base:
+        app = create_app(make_settings(f"{base}/v1", context=CONTEXT))
+        async with LifespanManager(app):
+            service: ProxyService = app.state.service
+            messages: list[Any] = [{"role": "system", "content": "Be brief."}]
+            done: list[tuple[str, float]] = []
+            while not provider.summary_calls:  # up to the preparation level
+                done += await agent(app, 1, messages)
+                await service.settle()
+            prepared = provider.summary_calls
+            # The client rewrites an early answer (an edit, a retry): the prepared summary
+            # no longer matches what the next compaction would condense.
+            messages[2] = {"role": "assistant", "content": "A different answer."}
+            await _one(app, [*messages, {"role": "user", "content": CHATTY * 150}])
+            await service.settle()
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+                samples = await scrape(http)
+    assert {strategy for strategy, _ in done} == {"none"}
+    assert prepared >= 1
+    assert value(samples, "summaries_used_total") == 0
+    assert value(samples, "summaries_wasted_total") == prepared
