@@ -52,6 +52,11 @@ class Memory:
             self._down = False
         return value
 
+    @property
+    def down(self) -> bool:
+        """Whether the store's last call failed (it is believed unreachable)."""
+        return self._down
+
     async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
         if not hashes:
             return None

@@ -127,6 +127,11 @@ class Preparer:
         conversation = (turn.tenant, turn.session)
         if conversation in self._running or not self._breaker.allows(self._clock()):
             return
+        if self._memory.down:
+            # Without the store no checkpoint is found, so every request past the trigger
+            # compacts anew, and the summary of what each one drops (kept in this process)
+            # serves the next: a summary per compaction at most, none ahead.
+            return
         # Checked again after a compaction (a new checkpoint), else after enough growth.
         prefix = turn.checkpoint.prefix_hash if turn.checkpoint else None
         last = self._checked.get(conversation)
