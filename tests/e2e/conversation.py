@@ -135,7 +135,7 @@ class Stored:
 
 def read_session(redis_url: str, session: str, sent: list[Message], model: str) -> Stored:
     """The session `session` as stored, read back through the proxy's own store adapter, and
-    its checkpoints straight from Redis by the key schema in `proxy/adapters/store.py`."""
+    its checkpoints straight from Redis by the key schema in `proxy/adapters/store/redis_store.py`."""
     return asyncio.run(_read(redis_url, session, sent, model))
 
 

@@ -1,0 +1,171 @@
+"""What every store promises (`Store`), its one error, and the helpers both stores share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from proxy.core.messages import Message
+from proxy.core.session import (
+    Checkpoint,
+    CompactionRecord,
+    SessionState,
+    TurnPoint,
+    content_hash,
+)
+
+DEFAULT_SESSION_TTL_S = 30 * 24 * 3600.0
+HISTORY_LIMIT = 100
+"""Compaction records kept per session: the most recent ones."""
+TIMELINE_LIMIT = 200
+"""Turn points kept per session: the most recent ones."""
+
+
+class StoreUnavailableError(Exception):
+    """The store cannot be used right now (Redis down, unreachable, refusing)."""
+
+
+class Store(Protocol):
+    """Sessions, checkpoints, archive, locks and model facts; see the module docstring."""
+
+    async def ping(self) -> None:
+        """Check the store answers. Raises `StoreUnavailableError`."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
+        """The stored checkpoint covering the longest prefix of the body chained as `hashes`."""
+
+    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
+        """Store `checkpoint` unless its prefix has one already; returns the one kept.
+
+        Set-if-absent: of two replicas compacting the same prefix, the first one wins and
+        both forward its messages, so the provider's cache sees one prefix.
+        """
+
+    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
+        """Forget the checkpoint of `prefix_hash` (revert); False if there was none."""
+
+    async def begin_turn(
+        self, tenant: str, session_id: str, *, model: str | None, at: float
+    ) -> SessionState:
+        """Count a new turn; returns the state after it. `model` None keeps the stored one.
+
+        `at` is Unix time in seconds; it becomes `last_seen` and orders `list_sessions`.
+        """
+
+    async def record_compaction(
+        self, tenant: str, session_id: str, record: CompactionRecord
+    ) -> None:
+        """Append to the history (the last `HISTORY_LIMIT` kept); now is the last compaction."""
+
+    async def record_usage(
+        self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
+    ) -> None:
+        """Remember the last response's `usage` and the pressure the request had."""
+
+    async def record_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        point: TurnPoint,
+        *,
+        context: Mapping[str, Any],
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append `point` to the timeline (the last `TIMELINE_LIMIT` kept), add its tokens to
+        the session's sums, and remember `context` (a `ContextReport`'s JSON) and, when
+        given, `request` (the body without its messages, for a manual compaction)."""
+
+    async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
+        """The session's turn points, oldest first."""
+
+    async def last_request(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        """The body (without messages) `record_turn` remembered last, if any."""
+
+    async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
+        """The session's state, or None when unknown or expired."""
+
+    async def list_sessions(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[tuple[str, str, SessionState]]:
+        """(tenant, session id, state) of sessions that began a turn, most recent first.
+
+        `tenant` None lists every tenant's (for the admin). A page may come back short when
+        sessions expired since they were last seen; they are dropped from the index.
+        """
+
+    async def delete_session(self, tenant: str, session_id: str) -> bool:
+        """Forget the session, its history, timeline and archived sequence; False if unknown.
+
+        The archived message bodies are shared by the tenant's sessions; they expire on
+        their own when no session archives them any more.
+        """
+
+    async def archive(
+        self,
+        tenant: str,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        hashes: Sequence[str] | None = None,
+    ) -> None:
+        """Record `messages` as the session's original history (the whole list, in order).
+
+        Each message is stored once per tenant under its content hash (`hashes`, when the
+        caller has them already: `content_hash` of each message). The session keeps
+        the list of hashes: what the previous list shares with the new one stays, the
+        rest is replaced by the new list's remainder, so a growing history only appends
+        and an edit or rewind records the new sequence. An empty list records nothing.
+        """
+
+    async def archived(self, tenant: str, session_id: str) -> list[Message]:
+        """The session's archived history, skipping any message that has expired."""
+
+    async def put_summary(self, tenant: str, key: str, text: str) -> None:
+        """Keep a summary written ahead of time under `key` (`proxy.core.prepared`), for
+        the session TTL."""
+        ...
+
+    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
+        """The summaries stored under any of `keys`, by key."""
+        ...
+
+    async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
+        """Take the lock `name`: a token for `release`, or None when someone holds it.
+
+        The lock frees itself after `ttl_s` seconds, so a holder that died blocks no one.
+        """
+
+    async def release(self, tenant: str, name: str, token: str) -> bool:
+        """Free the lock if `token` still holds it; False otherwise."""
+
+    async def calibration(self, model: str) -> float | None:
+        """The model's learned correction factor for token estimates."""
+
+    async def set_calibration(self, model: str, factor: float) -> None:
+        """Share the model's correction factor with every replica."""
+
+    async def learned_window(self, model: str) -> int | None:
+        """The context window an overflow error taught for the model."""
+
+    async def learn_window(self, model: str, window: int) -> None:
+        """Share the model's context window (the latest lesson wins)."""
+
+
+def content_hashes(messages: Sequence[Message], hashes: Sequence[str] | None) -> tuple[str, ...]:
+    if hashes is None:
+        return tuple(content_hash(message) for message in messages)
+    if len(hashes) != len(messages):
+        raise ValueError(f"{len(hashes)} hashes for {len(messages)} messages")
+    return tuple(hashes)
+
+
+def common_prefix(old: Sequence[str], new: Sequence[str]) -> int:
+    common = 0
+    for a, b in zip(old, new, strict=False):
+        if a != b:
+            break
+        common += 1
+    return common

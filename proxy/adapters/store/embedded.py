@@ -1,0 +1,357 @@
+"""The embedded store (`MemoryStore`): sessions, checkpoints and the archive in this process.
+
+It has the same semantics as the Redis store, with an injectable clock for
+expiry. Expired entries are dropped when read and by a sweep of at most a few entries per
+write. Its memory is bounded by entry counts, least recently written evicted first:
+`max_sessions` (10,000), `max_checkpoints` (2,000), `max_messages` (50,000), locks
+(10,000) and model facts (1,000 models each).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+from proxy.adapters.store.contract import (
+    DEFAULT_SESSION_TTL_S,
+    HISTORY_LIMIT,
+    TIMELINE_LIMIT,
+    common_prefix,
+    content_hashes,
+)
+from proxy.core.messages import Message
+from proxy.core.session import (
+    Checkpoint,
+    CompactionRecord,
+    SessionState,
+    TurnPoint,
+    find_checkpoint,
+)
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_SWEEP = 16
+"""Entries a write examines for expiry in each table: bounded work per request."""
+
+
+class _Expiring(Generic[_K, _V]):
+    """A bounded map of expiring entries; the least recently written is evicted first.
+
+    A write moves its entry to the end, so where every entry has the same TTL the order is
+    also expiry order, and a sweep from the front can stop at the first live entry.
+    """
+
+    def __init__(self, clock: Callable[[], float], *, ttl_s: float, max_entries: int) -> None:
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._max = max_entries
+        self._entries: OrderedDict[_K, tuple[float, _V]] = OrderedDict()
+
+    def get(self, key: _K) -> _V | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= self._clock():
+            del self._entries[key]
+            return None
+        return entry[1]
+
+    def put(self, key: _K, value: _V, *, ttl_s: float | None = None) -> None:
+        expires = self._clock() + (self._ttl_s if ttl_s is None else ttl_s)
+        self._entries[key] = (expires, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def touch(self, key: _K) -> None:
+        value = self.get(key)
+        if value is not None:
+            self.put(key, value)
+
+    def refresh(self, keys: Sequence[_K]) -> None:
+        """`touch` each of `keys` that is live, reading the clock once."""
+        now = self._clock()
+        expires = now + self._ttl_s
+        entries = self._entries
+        for key in keys:
+            entry = entries.get(key)
+            if entry is None:
+                continue
+            if entry[0] <= now:
+                del entries[key]
+                continue
+            entries[key] = (expires, entry[1])
+            entries.move_to_end(key)
+
+    def pop(self, key: _K) -> _V | None:
+        value = self.get(key)
+        self._entries.pop(key, None)
+        return value
+
+    def live(self) -> Iterator[tuple[_K, _V]]:
+        now = self._clock()
+        return ((key, value) for key, (expires, value) in self._entries.items() if expires > now)
+
+    def sweep(self, limit: int = _SWEEP) -> None:
+        now = self._clock()
+        for _ in range(min(limit, len(self._entries))):
+            key, (expires, _value) = next(iter(self._entries.items()))
+            if expires > now:
+                return
+            del self._entries[key]
+
+
+_Key = tuple[str, str]
+"""(tenant, name) in the embedded store's tables."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    state: SessionState | None = None
+    """None until a turn, a compaction or usage is recorded (only archived so far)."""
+    seq: tuple[str, ...] = ()
+    refreshed: float = -math.inf
+    """When the expiry of the archived messages was last moved (the store's clock)."""
+    timeline: tuple[TurnPoint, ...] = ()
+    request: str | None = None
+
+
+class MemoryStore:
+    """The embedded store: lives in this process, gone when it exits.
+
+    Checkpoints and messages are kept as the JSON text Redis would hold, so both stores
+    hand out fresh objects and accept the same values. `clock` (seconds, monotonic) drives
+    expiry only; `at` arguments are just data here.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_ttl_s: float = DEFAULT_SESSION_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = 10_000,
+        max_checkpoints: int = 2_000,
+        max_messages: int = 50_000,
+    ) -> None:
+        ttl = session_ttl_s
+        self._checkpoints = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_checkpoints)
+        self._sessions = _Expiring[_Key, _Session](clock, ttl_s=ttl, max_entries=max_sessions)
+        self._messages = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_messages)
+        self._locks = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=10_000)
+        self._summaries = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_checkpoints)
+        self._calibrations = _Expiring[str, float](clock, ttl_s=ttl, max_entries=1_000)
+        self._windows = _Expiring[str, int](clock, ttl_s=ttl, max_entries=1_000)
+        self._clock = clock
+        # How stale the archived messages' expiry may get before a request moves it: a long
+        # history is then not walked on every request, and its messages outlive their
+        # session's last request by at least nine tenths of the TTL.
+        self._refresh_every_s = ttl / 10
+
+    async def ping(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def _sweep(self) -> None:
+        for entries in (
+            self._checkpoints,
+            self._sessions,
+            self._messages,
+            self._locks,
+            self._summaries,
+        ):
+            entries.sweep()
+
+    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
+        stored = {h: text for h in hashes if (text := self._checkpoints.get((tenant, h)))}
+        candidates = {h: Checkpoint.from_json(json.loads(text)) for h, text in stored.items()}
+        found = find_checkpoint(hashes, candidates)
+        if found is not None:
+            self._checkpoints.touch((tenant, found.prefix_hash))
+        return found
+
+    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
+        self._sweep()
+        key = (tenant, checkpoint.prefix_hash)
+        existing = self._checkpoints.get(key)
+        if existing is not None:
+            self._checkpoints.touch(key)
+            return Checkpoint.from_json(json.loads(existing))
+        self._checkpoints.put(key, json.dumps(checkpoint.to_json()))
+        return checkpoint
+
+    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
+        return self._checkpoints.pop((tenant, prefix_hash)) is not None
+
+    def _update(
+        self, tenant: str, session_id: str, change: Callable[[SessionState], SessionState]
+    ) -> SessionState:
+        # No await between read and write: on one event loop this is atomic.
+        self._sweep()
+        key = (tenant, session_id)
+        session = self._sessions.get(key) or _Session()
+        state = change(session.state or SessionState())
+        self._sessions.put(key, replace(session, state=state))
+        return state
+
+    async def begin_turn(
+        self, tenant: str, session_id: str, *, model: str | None, at: float
+    ) -> SessionState:
+        def change(state: SessionState) -> SessionState:
+            chosen = state.model if model is None else model
+            return replace(state, turns=state.turns + 1, model=chosen, last_seen=at)
+
+        return self._update(tenant, session_id, change)
+
+    async def record_compaction(
+        self, tenant: str, session_id: str, record: CompactionRecord
+    ) -> None:
+        def change(state: SessionState) -> SessionState:
+            history = (*state.history, record)[-HISTORY_LIMIT:]
+            return replace(
+                state,
+                history=history,
+                last_compaction_turn=state.turns,
+                compactions=state.compactions + 1,
+            )
+
+        self._update(tenant, session_id, change)
+
+    async def record_usage(
+        self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
+    ) -> None:
+        copied = json.loads(json.dumps(dict(usage)))
+        self._update(
+            tenant, session_id, lambda s: replace(s, last_usage=copied, last_pressure=pressure)
+        )
+
+    async def record_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        point: TurnPoint,
+        *,
+        context: Mapping[str, Any],
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        copied = json.loads(json.dumps(dict(context)))
+
+        def change(state: SessionState) -> SessionState:
+            return replace(
+                state,
+                tokens_sent=state.tokens_sent + point.tokens_before,
+                tokens_forwarded=state.tokens_forwarded + point.tokens_after,
+                last_pressure=point.pressure,
+                last_context=copied,
+            )
+
+        self._update(tenant, session_id, change)
+        key = (tenant, session_id)
+        session = self._sessions.get(key) or _Session()
+        timeline = (*session.timeline, point)[-TIMELINE_LIMIT:]
+        text = session.request if request is None else json.dumps(dict(request))
+        self._sessions.put(key, replace(session, timeline=timeline, request=text))
+
+    async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
+        session = self._sessions.get((tenant, session_id))
+        return list(session.timeline) if session else []
+
+    async def last_request(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        session = self._sessions.get((tenant, session_id))
+        if session is None or session.request is None:
+            return None
+        loaded: dict[str, Any] = json.loads(session.request)
+        return loaded
+
+    async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
+        session = self._sessions.get((tenant, session_id))
+        return None if session is None else session.state
+
+    async def list_sessions(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[tuple[str, str, SessionState]]:
+        found = [
+            (owner, session_id, session.state)
+            for (owner, session_id), session in self._sessions.live()
+            if session.state is not None
+            and session.state.last_seen is not None
+            and tenant in (None, owner)
+        ]
+        found.sort(key=lambda row: (row[2].last_seen, row[0], row[1]), reverse=True)
+        return found[offset : offset + max(limit, 0)]
+
+    async def delete_session(self, tenant: str, session_id: str) -> bool:
+        return self._sessions.pop((tenant, session_id)) is not None
+
+    async def archive(
+        self,
+        tenant: str,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        hashes: Sequence[str] | None = None,
+    ) -> None:
+        if not messages:
+            return
+        self._sweep()
+        seq = content_hashes(messages, hashes)
+        key = (tenant, session_id)
+        session = self._sessions.get(key) or _Session()
+        known = common_prefix(session.seq, seq)
+        now, refreshed = self._clock(), session.refreshed
+        # The bodies the sequence had already are stored: only their expiry moves, and not
+        # on every request.
+        if now - refreshed >= self._refresh_every_s:
+            self._messages.refresh([(tenant, digest) for digest in seq[:known]])
+            refreshed = now
+        for digest, message in zip(seq[known:], messages[known:], strict=True):
+            if self._messages.get((tenant, digest)) is None:
+                self._messages.put((tenant, digest), json.dumps(message))
+            else:
+                self._messages.touch((tenant, digest))
+        self._sessions.put(key, replace(session, seq=seq, refreshed=refreshed))
+
+    async def archived(self, tenant: str, session_id: str) -> list[Message]:
+        session = self._sessions.get((tenant, session_id))
+        texts = [self._messages.get((tenant, h)) for h in (session.seq if session else ())]
+        return [json.loads(text) for text in texts if text is not None]
+
+    async def put_summary(self, tenant: str, key: str, text: str) -> None:
+        self._sweep()
+        self._summaries.put((tenant, key), text)
+
+    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
+        return {key: text for key in keys if (text := self._summaries.get((tenant, key)))}
+
+    async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
+        self._sweep()
+        if self._locks.get((tenant, name)) is not None:
+            return None
+        token = secrets.token_hex(16)
+        self._locks.put((tenant, name), token, ttl_s=ttl_s)
+        return token
+
+    async def release(self, tenant: str, name: str, token: str) -> bool:
+        if self._locks.get((tenant, name)) != token:
+            return False
+        self._locks.pop((tenant, name))
+        return True
+
+    async def calibration(self, model: str) -> float | None:
+        return self._calibrations.get(model)
+
+    async def set_calibration(self, model: str, factor: float) -> None:
+        self._calibrations.put(model, factor)
+
+    async def learned_window(self, model: str) -> int | None:
+        return self._windows.get(model)
+
+    async def learn_window(self, model: str, window: int) -> None:
+        self._windows.put(model, window)
