@@ -119,11 +119,19 @@ CHATTY = "the build failed again on the staging cluster while the queue kept gro
 
 
 async def chatty_turns(
-    app: Any, messages: list[Any], count: int, *, repeat: int, key: str = "sk-chatty"
+    app: Any,
+    messages: list[Any],
+    count: int,
+    *,
+    repeat: int,
+    key: str = "sk-chatty",
+    settle: bool = False,
 ) -> list[tuple[str, float]]:
     """`count` long user turns (`CHATTY` `repeat` times) through the proxy app `app` with
     the official SDK, each after the answer to the one before, appended to `messages`: each
-    turn's `x-compaction-applied` and seconds."""
+    turn's `x-compaction-applied` and seconds. With `settle`, the proxy's background work
+    (summaries included) ends between turns, as it does when the agent's model takes longer
+    than a summary: the test then does not depend on how busy the machine is."""
     done = []
     http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
     async with openai.AsyncOpenAI(
@@ -139,4 +147,6 @@ async def chatty_turns(
             done.append((raw.headers["x-compaction-applied"], time.perf_counter() - started))
             answer = raw.parse().choices[0].message.content
             messages.append({"role": "assistant", "content": answer})
+            if settle:
+                await app.state.service.settle()
     return done

@@ -41,7 +41,9 @@ def summaries_asked(brain: MockUpstream) -> int:
 
 async def turns(app: FastAPI, messages: list[Any], count: int) -> list[str]:
     """`count` more long user turns through the proxy; the strategies applied."""
-    done = await chatty_turns(app, messages, count, repeat=40, key="sk-breaker")
+    # Settled between turns: whether a summary is ready at the trigger must not depend on
+    # how fast a loaded machine writes it.
+    done = await chatty_turns(app, messages, count, repeat=40, key="sk-breaker", settle=True)
     return [strategy for strategy, _ in done]
 
 
