@@ -600,6 +600,8 @@ def _evict_everything(work: _Work) -> bool:
 def _trim_recent(work: _Work) -> None:
     """Cut the newest unit's tool results to head and tail until the target is reached (or,
     when the rest alone is over the target, until the conversation fits)."""
+    if not work.units:  # no message (instructions only, or none): no unit to cut
+        return
     unit = work.units[-1]
     results = [i for i in unit.indices() if is_tool_result(work.messages[i])]
     if results:

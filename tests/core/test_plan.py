@@ -582,3 +582,13 @@ def test_a_note_in_the_recent_window_stays_where_it_is() -> None:
     )
     assert result.messages[-2:] == messages[-2:]
     assert sum(1 for m in result.messages if note_of(m)) == 2
+
+
+def test_a_request_with_no_message_to_cut_is_left_as_it_is() -> None:
+    # Found by the fuzz suite: an output reserve that leaves less usable input than the tools
+    # take, and no message at all; with no unit to cut, the plan ends instead of indexing
+    # nothing.
+    budget = Budget(context_window=1000, output_reserve=995)
+    situation = Situation(messages=[], body={"model": "m", **TOOLS}, policy=POLICY, budget=budget)
+    plan = plan_compaction(situation, COUNTER)
+    assert not isinstance(plan, Compacted) or plan.messages == []
