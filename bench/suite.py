@@ -2,7 +2,8 @@
 on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 
     python -m bench.suite [--size default|quick|smoke] [--no-litellm] [--no-profile]
-                          [--no-overhead] [--no-sessions] [--no-matrix | --matrix-only]
+                          [--no-overhead] [--no-sessions] [--no-store-load]
+                          [--no-matrix | --matrix-only]
                           [--upstream-latency-ms 0] [--chunks 64] [--out bench/results]
 
 1. Overhead: a fast mock upstream (`bench/mock_server.py`), `compaction-proxy serve` and
@@ -12,7 +13,9 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
    window, and straight to the mock (`bench/cases/session.py`).
 3. The effectiveness matrix: windows x workloads x summarizers, each cell a scripted session
    through a proxy on its default settings (`bench/cases/matrix.py`, `bench/workloads.py`).
-4. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
+4. The store under load: concurrent streams, each its own conversation, through the proxy on
+   a private redis-server; its store errors and what Redis kept (`bench/cases/store_load.py`).
+5. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
    the proxy for each missed overhead target, in `--out`.
 """
 
@@ -30,7 +33,7 @@ from pathlib import Path
 import uvloop
 
 from bench import charts
-from bench.cases import matrix, overhead
+from bench.cases import matrix, overhead, store_load
 from bench.cases.mock_check import check_mocks
 from bench.cases.session import PLANS, run_session
 from bench.config import SIZES, Size
@@ -39,7 +42,12 @@ from bench.profiling import profile_case, py_spy
 from bench.progress import Progress
 from bench.report import Run, render
 from bench.stack import Stack, running_stack
-from bench.targets import matrix_verdicts, overhead_verdicts, session_verdicts
+from bench.targets import (
+    matrix_verdicts,
+    overhead_verdicts,
+    session_verdicts,
+    store_load_verdict,
+)
 from bench.workloads import Workload
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.core.tokens import O200K_BASE, ApproximateEncoder, TokenCounter
@@ -82,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-profile", action="store_true", help="no py-spy profiles")
     parser.add_argument("--no-overhead", action="store_true", help="skip the overhead cases")
     parser.add_argument("--no-sessions", action="store_true", help="skip the agent sessions")
+    parser.add_argument(
+        "--no-store-load", action="store_true", help="skip the store under load (Redis)"
+    )
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--no-matrix", action="store_true", help="skip the effectiveness matrix")
     only.add_argument(
@@ -205,6 +216,12 @@ async def _run(args: argparse.Namespace, run: Run) -> None:
         await _overhead_part(args, run, counter, progress)
     if not args.no_sessions:
         await _sessions(run, size, encoders, args.out, progress)
+    if not args.no_store_load:
+        progress.step("store under load")
+        result = await store_load.run_store_load(args.out, streams=store_load.STREAMS[size.name])
+        if result.problem is not None:
+            run.problems.append(f"store under load not measured: {result.problem}")
+        run.verdicts.append(store_load_verdict(result))
     if cells:
         await _matrix(run, cells, encoders, args.out, progress)
     progress.close()
@@ -234,7 +251,7 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
 def main() -> int:
     args = _parser().parse_args()
     if args.matrix_only:
-        args.no_overhead = args.no_sessions = args.no_litellm = True
+        args.no_overhead = args.no_sessions = args.no_litellm = args.no_store_load = True
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(machine(), _settings(args))
     start = time.monotonic()

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from bench.cases.store_load import StoreLoadResult
 from bench.measures import LITELLM, PROXY, CaseResult, CellResult, SessionResult
 
 Status = Literal["met", "missed", "not measured"]
@@ -250,3 +251,25 @@ def matrix_verdicts(cells: list[CellResult]) -> list[Verdict]:
             requirement = target.requirement.format(target=judged[0].target)
             verdicts.append(_per_cell(target.name, requirement, judged, target.check))
     return verdicts
+
+
+def store_load_verdict(result: StoreLoadResult) -> Verdict:
+    """A burst of conversations on Redis: every stream answered, nothing the store lost."""
+    measured = (
+        f"{result.completed:,} / {result.streams:,} streams answered, "
+        f"{result.store_errors:,.0f} store errors, {result.writes_lost:,.0f} writes lost, "
+        f"{result.stored:,} / {result.streams:,} conversations stored, {result.seconds:.1f} s"
+    )
+    if result.problem is not None:
+        measured = f"not measured: {result.problem}"
+    complete = result.completed == result.stored == result.streams
+    return Verdict(
+        f"{result.streams:,} concurrent streams with zero store errors on Redis",
+        "every stream answered, 0 store errors, every conversation's state stored",
+        measured,
+        _status(
+            complete and result.store_errors == 0 and result.writes_lost == 0,
+            result.store_errors,
+            result.writes_lost,
+        ),
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 
 
 class RedisServer:
-    """One redis-server process that a test can stop and start again on the same socket."""
+    """One redis-server process that a test can stop, kill, pause and start again on the same
+    socket."""
 
     def __init__(self, folder: Path) -> None:
         binary = shutil.which("redis-server")
@@ -27,6 +29,8 @@ class RedisServer:
         return f"unix://{self.socket}"
 
     def start(self) -> None:
+        # A killed server leaves its socket file behind: it would look started at once.
+        self.socket.unlink(missing_ok=True)
         command = [
             self._binary, "--port", "0", "--unixsocket", str(self.socket),
             "--save", "", "--appendonly", "no", "--dir", str(self._folder),
@@ -40,7 +44,25 @@ class RedisServer:
 
     def stop(self) -> None:
         if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)  # a paused server would not see TERM
             self._process.terminate()
             self._process.wait(10)
             self._process = None
         self.socket.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL: gone at once, as a crash (no clean shutdown, the socket file left)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(10)
+            self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: hung, not down. Connections are accepted by the kernel, never answered."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: a paused server answers again (what was sent meanwhile included)."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)

@@ -19,8 +19,10 @@ Redis key schema (values are JSON unless noted; `{...}` is a Redis Cluster hash 
     cp:sessions                          sorted set: ["<tenant>", "<session>"] by last_seen,
                                          for the admin's cross-tenant list (no expiry; its
                                          members older than the TTL are pruned on write)
-    cp:model:<model>:calibration         float (string)
-    cp:model:<model>:window              int (string)
+    cp:{t:<tenant>}:calibration:<model>  float (string): the tenant's calibration for the
+                                         model; expires after context.learned_ttl_s
+    cp:{t:<tenant>}:window:<model>       int (string): the window an overflow error of the
+                                         tenant's taught; expires after learned_ttl_s too
 
 A session's keys share one hash tag, so the Lua scripts that update them atomically are
 valid in a cluster. `last_seen` is the caller's `at`: Unix time in seconds.
@@ -28,17 +30,20 @@ valid in a cluster. `last_seen` is the caller's `at`: Unix time in seconds.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, cast
 
-from redis.asyncio import Redis, RedisCluster, Sentinel
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster, Sentinel
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.connection import parse_url
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from proxy.adapters.store.contract import (
     DEFAULT_SESSION_TTL_S,
@@ -180,6 +185,9 @@ _SCRIPTS = (
     _RELEASE,
 )
 _ALL_SESSIONS = "cp:sessions"
+# A call waits past `timeout_s` only while Redis answers other calls (the proxy is busy, not
+# Redis), and never past this many times `timeout_s`.
+PATIENCE = 5
 _FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 
@@ -203,8 +211,9 @@ def _session_keys(tenant: str, session_id: str) -> list[str]:
     return [f"{tag}:{name}" for name in ("state", "history", "seq", "timeline", "request")]
 
 
-def _model_key(model: str, fact: str) -> str:
-    return f"cp:model:{model}:{fact}"
+def _model_key(tenant: str, model: str, fact: str) -> str:
+    """A fact learned about `model` from `tenant`'s requests, under the tenant's tag."""
+    return _tenant_key(tenant, fact, model)
 
 
 def _ms(seconds: float) -> int:
@@ -247,10 +256,21 @@ class RedisStore:
         *,
         session_ttl_s: float = DEFAULT_SESSION_TTL_S,
         sentinel: Sentinel | None = None,
+        timeout_s: float = 2.0,
+        max_connections: int = 256,
     ) -> None:
-        """`client` must decode responses; `sentinel` (if any) is closed with the store."""
+        """`client` must decode responses; `sentinel` (if any) is closed with the store.
+        A call ends after `timeout_s` of silence from Redis (see `_Watch`); `max_connections`
+        calls run at once, the others wait for their turn."""
         self._client = client
         self._sentinel = sentinel
+        self._timeout_s = timeout_s
+        # Backpressure in every mode: the client's pool never has to refuse a connection
+        # (redis-py's non-blocking pools raise "Too many connections" past their size, which
+        # would lose the write), a call waits for its turn instead.
+        self._slots = asyncio.Semaphore(max_connections)
+        self._timeouts = 0
+        self._answered = 0.0  # the loop's time of the last call Redis answered
         # Registering computes the SHA only; the script is loaded on its first NOSCRIPT.
         self._scripts = {text: client.register_script(text) for text in _SCRIPTS}
         self._ttl_s = session_ttl_s
@@ -259,10 +279,17 @@ class RedisStore:
     @classmethod
     def connect(cls, settings: RedisSettings) -> RedisStore:
         """A store on the client `settings.mode` selects; connects on first use."""
-        options = _client_options(settings.timeout_s)
-        ttl = settings.session_ttl_s
+        # redis-py's own timeouts are the backstop; `_call` applies `timeout_s` itself.
+        options = _client_options(settings.timeout_s * PATIENCE)
+        size = settings.max_connections
+        limits: dict[str, Any] = {
+            "session_ttl_s": settings.session_ttl_s,
+            "timeout_s": settings.timeout_s,
+            "max_connections": size,
+        }
         if settings.mode == "cluster":
-            return cls(RedisCluster.from_url(settings.url, **options), session_ttl_s=ttl)
+            client = RedisCluster.from_url(settings.url, max_connections=size, **options)
+            return cls(client, **limits)
         if settings.mode == "sentinel":
             sentinel = Sentinel(  # type: ignore[no-untyped-call]
                 settings.sentinel_addresses(),
@@ -270,16 +297,47 @@ class RedisStore:
                 **options,
             )
             master = sentinel.master_for(
-                settings.sentinel_master, **_master_credentials(settings.url)
+                settings.sentinel_master, max_connections=size, **_master_credentials(settings.url)
             )
-            return cls(master, session_ttl_s=ttl, sentinel=sentinel)
-        return cls(Redis.from_url(settings.url, **options), session_ttl_s=ttl)
+            return cls(master, sentinel=sentinel, **limits)
+        # A blocking pool: a call past the limit waits for a free connection rather than fail
+        # (redis-py's default pool raises at 100 connections, losing that call's write).
+        pool = BlockingConnectionPool.from_url(
+            settings.url, max_connections=size, timeout=settings.timeout_s * PATIENCE, **options
+        )
+        return cls(Redis.from_pool(pool), **limits)
+
+    @asynccontextmanager
+    async def _call(self) -> AsyncIterator[None]:
+        """One call to Redis: its turn, then all of it (a connection, connecting, the reply,
+        the retry) under one `_Watch`; any failure raised as `StoreUnavailableError`."""
+        # The wait for a turn is not bounded by `timeout_s`: under a burst it is the proxy
+        # that is busy, not Redis, and a turn comes. A call that timed out meanwhile says
+        # Redis is hung: then this one fails at once instead of waiting a timeout more.
+        timeouts = self._timeouts
+        with _unavailable():
+            async with self._slots:
+                if self._timeouts != timeouts:
+                    raise StoreUnavailableError("Redis timed out on another call meanwhile")
+                # One bound for the whole call: the socket timeout applies to each attempt
+                # and the pool's wait on top, so a hung Redis would cost several of it.
+                try:
+                    async with asyncio.timeout(None) as deadline:
+                        watch = _Watch(deadline, self._timeout_s, lambda: self._answered)
+                        try:
+                            yield
+                        finally:
+                            watch.cancel()
+                except (TimeoutError, RedisTimeoutError):
+                    self._timeouts += 1
+                    raise
+                self._answered = asyncio.get_running_loop().time()
 
     async def _script(self, script: str, keys: Sequence[str], *args: Any) -> Any:
         return await self._scripts[script](keys=keys, args=args)
 
     async def ping(self) -> None:
-        with _unavailable():
+        async with self._call():
             await self._client.ping()
 
     async def aclose(self) -> None:
@@ -291,7 +349,7 @@ class RedisStore:
     async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
         if not hashes:
             return None
-        with _unavailable():
+        async with self._call():
             values = await self._client.mget([_tenant_key(tenant, "ckpt", h) for h in hashes])
             candidates = {
                 h: Checkpoint.from_json(json.loads(value))
@@ -306,14 +364,14 @@ class RedisStore:
 
     async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
         key = _tenant_key(tenant, "ckpt", checkpoint.prefix_hash)
-        with _unavailable():
+        async with self._call():
             existing = await self._script(
                 _PUT_CHECKPOINT, [key], self._ttl_ms, json.dumps(checkpoint.to_json())
             )
         return checkpoint if existing is None else Checkpoint.from_json(json.loads(existing))
 
     async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
-        with _unavailable():
+        async with self._call():
             deleted = await self._client.delete(_tenant_key(tenant, "ckpt", prefix_hash))
         return bool(deleted)
 
@@ -322,7 +380,7 @@ class RedisStore:
     ) -> SessionState:
         keys = _session_keys(tenant, session_id)
         args = (self._ttl_ms, repr(at), "0" if model is None else "1", model or "")
-        with _unavailable():
+        async with self._call():
             fields, history = await self._script(_BEGIN_TURN, keys, *args)
             await self._index(tenant, session_id, at)
         return _state(_pairs(fields), history)
@@ -344,7 +402,7 @@ class RedisStore:
         self, tenant: str, session_id: str, record: CompactionRecord
     ) -> None:
         keys = _session_keys(tenant, session_id)
-        with _unavailable():
+        async with self._call():
             await self._script(
                 _RECORD_COMPACTION,
                 keys,
@@ -357,7 +415,7 @@ class RedisStore:
         self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
     ) -> None:
         keys = _session_keys(tenant, session_id)
-        with _unavailable():
+        async with self._call():
             await self._script(
                 _RECORD_USAGE, keys, self._ttl_ms, json.dumps(dict(usage)), repr(pressure)
             )
@@ -381,18 +439,18 @@ class RedisStore:
             json.dumps(dict(context)),
             "" if request is None else json.dumps(dict(request)),
         )
-        with _unavailable():
+        async with self._call():
             await self._script(_RECORD_TURN, keys, self._ttl_ms, *args)
 
     async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
         timeline_key = _session_keys(tenant, session_id)[3]
-        with _unavailable():
+        async with self._call():
             items = cast("list[str]", await self._client.lrange(timeline_key, 0, -1))
         return [TurnPoint.from_json(json.loads(item)) for item in items]
 
     async def last_request(self, tenant: str, session_id: str) -> dict[str, Any] | None:
         request_key = _session_keys(tenant, session_id)[4]
-        with _unavailable():
+        async with self._call():
             text = await self._client.get(request_key)
         if text is None:
             return None
@@ -401,7 +459,7 @@ class RedisStore:
 
     async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
         state, history, *_rest = _session_keys(tenant, session_id)
-        with _unavailable():
+        async with self._call():
             fields, records = await self._script(_READ_SESSION, [state, history])
         return _state(_pairs(fields), records) if fields else None
 
@@ -411,7 +469,7 @@ class RedisStore:
         if limit <= 0:
             return []
         index = _ALL_SESSIONS if tenant is None else _tenant_key(tenant, "sessions")
-        with _unavailable():
+        async with self._call():
             found = await self._client.zrevrange(index, offset, offset + limit - 1)
             members = cast("list[str]", found)
             names = [_member(tenant, member) for member in members]
@@ -444,7 +502,7 @@ class RedisStore:
         await pipe.execute()
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
-        with _unavailable():
+        async with self._call():
             deleted = await self._client.delete(*_session_keys(tenant, session_id))
             await self._unindex([(tenant, session_id)])
         return bool(deleted)
@@ -461,7 +519,7 @@ class RedisStore:
             return
         hashes = content_hashes(messages, hashes)
         state, history, seq, *_rest = _session_keys(tenant, session_id)
-        with _unavailable():
+        async with self._call():
             known = await self._script(
                 _ARCHIVE_SEQUENCE, [seq, state, history], self._ttl_ms, *hashes
             )
@@ -473,7 +531,7 @@ class RedisStore:
 
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         _state_key, _history, seq, *_rest = _session_keys(tenant, session_id)
-        with _unavailable():
+        async with self._call():
             hashes = cast("list[str]", await self._client.lrange(seq, 0, -1))
             if not hashes:
                 return []
@@ -481,13 +539,13 @@ class RedisStore:
         return [json.loads(body) for body in bodies if body is not None]
 
     async def put_summary(self, tenant: str, key: str, text: str) -> None:
-        with _unavailable():
+        async with self._call():
             await self._client.set(_tenant_key(tenant, "summary", key), text, px=self._ttl_ms)
 
     async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
         if not keys:
             return {}
-        with _unavailable():
+        async with self._call():
             values = await self._client.mget([_tenant_key(tenant, "summary", k) for k in keys])
         return {
             key: str(value) for key, value in zip(keys, values, strict=True) if value is not None
@@ -495,34 +553,71 @@ class RedisStore:
 
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         token = secrets.token_hex(16)
-        with _unavailable():
+        async with self._call():
             taken = await self._client.set(
                 _tenant_key(tenant, "lock", name), token, nx=True, px=_ms(ttl_s)
             )
         return token if taken else None
 
     async def release(self, tenant: str, name: str, token: str) -> bool:
-        with _unavailable():
+        async with self._call():
             deleted = await self._script(_RELEASE, [_tenant_key(tenant, "lock", name)], token)
         return bool(deleted)
 
-    async def calibration(self, model: str) -> float | None:
-        with _unavailable():
-            value = await self._client.get(_model_key(model, "calibration"))
+    async def calibration(self, tenant: str, model: str) -> float | None:
+        async with self._call():
+            value = await self._client.get(_model_key(tenant, model, "calibration"))
         return None if value is None else float(value)
 
-    async def set_calibration(self, model: str, factor: float) -> None:
-        with _unavailable():
-            await self._client.set(_model_key(model, "calibration"), repr(factor), px=self._ttl_ms)
+    async def set_calibration(
+        self, tenant: str, model: str, factor: float, *, ttl_s: float
+    ) -> None:
+        key = _model_key(tenant, model, "calibration")
+        async with self._call():
+            await self._client.set(key, repr(factor), px=_ms(ttl_s))
 
-    async def learned_window(self, model: str) -> int | None:
-        with _unavailable():
-            value = await self._client.get(_model_key(model, "window"))
+    async def learned_window(self, tenant: str, model: str) -> int | None:
+        async with self._call():
+            value = await self._client.get(_model_key(tenant, model, "window"))
         return None if value is None else int(value)
 
-    async def learn_window(self, model: str, window: int) -> None:
-        with _unavailable():
-            await self._client.set(_model_key(model, "window"), str(window), px=self._ttl_ms)
+    async def learn_window(self, tenant: str, model: str, window: int, *, ttl_s: float) -> None:
+        async with self._call():
+            await self._client.set(_model_key(tenant, model, "window"), str(window), px=_ms(ttl_s))
+
+
+class _Watch:
+    """Ends a call to Redis (expires its `deadline`) once Redis has answered no call for
+    `timeout_s` since the call began, or at `PATIENCE` times `timeout_s` in any case.
+
+    A hung Redis answers nobody: each call ends `timeout_s` after it began. A proxy too busy
+    to read the replies in time (a burst of requests on one event loop) still sees other
+    calls answered: its calls wait on rather than lose what they were storing.
+    """
+
+    def __init__(
+        self, deadline: asyncio.Timeout, timeout_s: float, answered: Callable[[], float]
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._deadline = deadline
+        self._timeout_s = timeout_s
+        self._answered = answered
+        self._began = self._loop.time()
+        self._handle = self._loop.call_at(self._began + timeout_s, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        heard = max(self._began, self._answered())
+        last_chance = self._began + self._timeout_s * PATIENCE
+        if now - heard >= self._timeout_s or now >= last_chance:
+            self._deadline.reschedule(now)
+        else:
+            self._handle = self._loop.call_at(
+                min(heard + self._timeout_s, last_chance), self._check
+            )
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 def _member(tenant: str | None, member: str) -> tuple[str, str]:
@@ -540,7 +635,12 @@ def _client_options(timeout_s: float) -> dict[str, Any]:
         "socket_connect_timeout": timeout_s,
         # redis-py retries 10 times by default, which would turn a down Redis into a 20 s
         # wait per call: one quick retry still heals a connection Redis closed while idle.
-        "retry": Retry(ExponentialWithJitterBackoff(cap=0.1, base=0.01), retries=1),
+        # Not after a timeout: a Redis that did not answer in time will not in a retry.
+        "retry": Retry(
+            ExponentialWithJitterBackoff(cap=0.1, base=0.01),
+            retries=1,
+            supported_errors=(RedisConnectionError,),
+        ),
         "decode_responses": True,
     }
 
