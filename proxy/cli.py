@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy import __version__
 from proxy.core.policy import STRATEGIES
+from proxy.core.urls import redact
 from proxy.demo.options import add_arguments as add_demo_arguments
 from proxy.demo.options import options_from as demo_options_from
 from proxy.errors import ConfigError
@@ -143,11 +144,12 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from proxy.web import create_app
 
     configure_logging(settings.log.level, settings.log.format)
+    # URLs may carry credentials (https://user:pass@host/v1): the log shows them hidden.
     logging.getLogger("proxy").info(
         "compaction-proxy %s forwarding to %s (store: %s)",
         __version__,
-        settings.upstream.base_url,
-        "redis" if settings.redis.url else "embedded",
+        redact(settings.upstream.base_url),
+        f"redis at {redact(settings.redis.url)}" if settings.redis.url else "embedded",
     )
     uvicorn.run(
         create_app(settings),

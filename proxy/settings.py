@@ -26,13 +26,16 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_settings import EnvSettingsSource
 
 from proxy.core import hooks as core_hooks
+from proxy.core.keys import ClientKeys, configured_hash, tenant_name
 from proxy.core.policy import ContextPolicy, ModelPolicies, Strategy
+from proxy.core.urls import redact, split_credentials
 from proxy.errors import ConfigError
 from proxy.observability.logs import LogFormat
 
@@ -51,6 +54,7 @@ class UpstreamSettings(_Section):
     api_key: SecretStr | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
+    keepalive_s: float = Field(default=4.0, gt=0)
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -65,6 +69,21 @@ class UpstreamSettings(_Section):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
 
+    @field_validator("api_key")
+    @classmethod
+    def _one_credential(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        return _one_credential(value, info)
+
+
+def _one_credential(api_key: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+    # Credentials in the URL go as `Authorization: Basic`, a key as `Bearer`: one header
+    # cannot carry both, and silently dropping either would be worse than saying so. (A
+    # check on `api_key`, not on the section: its error then never echoes the key.)
+    base_url = info.data.get("base_url")
+    if base_url and api_key is not None and split_credentials(base_url)[1] is not None:
+        raise ValueError("cannot be set with credentials in base_url: set one of them")
+    return api_key
+
 
 RedisMode = Literal["single", "sentinel", "cluster"]
 
@@ -73,11 +92,17 @@ class RedisSettings(_Section):
     """Where sessions live: `mode` picks redis-py's client (Redis, Sentinel, RedisCluster)."""
 
     url: str = ""
+    embedded_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
+    """With `url` empty: the memory the embedded store may hold, in bytes; past it the
+    least recently used sessions are forgotten."""
     mode: RedisMode = "single"
     sentinel_master: str = ""
     sentinels: tuple[str, ...] = ()
     session_ttl_s: float = Field(default=2592000, gt=0)
     timeout_s: float = Field(default=2.0, gt=0)
+    # Connections to Redis at most (per node in a cluster); past it a call waits for a free
+    # one instead of failing, so a burst is slowed, not forgotten.
+    max_connections: int = Field(default=256, ge=1)
 
     @field_validator("url")
     @classmethod
@@ -142,6 +167,11 @@ class SummaryBrainSettings(_Section):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/") if value else None
 
+    @field_validator("api_key")
+    @classmethod
+    def _one_credential(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        return _one_credential(value, info)
+
 
 class ContextSettings(_Section):
     """Execution-level defaults for compaction; `models:` overrides them per model."""
@@ -162,6 +192,10 @@ class ContextSettings(_Section):
     cooldown_turns: int = Field(default=2, ge=0)
     max_context_turns: int = Field(default=0, ge=0)
     pin_first_user: bool = True
+    # Seconds a fact a provider's answers taught (a window from an overflow error, the
+    # calibration from usage) is kept for its tenant and model: its own clock, not the
+    # session TTL, so a wrong lesson ages out within a day. Not a per-model key.
+    learned_ttl_s: float = Field(default=86400, gt=0)
     summary_brain: SummaryBrainSettings = SummaryBrainSettings()
 
     @model_validator(mode="after")
@@ -321,6 +355,33 @@ class AdminSettings(_Section):
         return None if value == "" else value
 
 
+class AuthSettings(_Section):
+    keys: dict[str, str] = {}
+    """Client API keys (plain, or `sha256:<hex>`) and the tenant name each one stands for.
+    Set, only these keys may use the proxy, each in its tenant's sessions. Held hashed from
+    the moment the settings load: a plain key is not kept, logged or echoed in an error."""
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _hashed(cls, value: object) -> object:
+        if value is None:  # `keys:` left empty in the file
+            return {}
+        if not isinstance(value, Mapping):
+            raise ValueError("must map API keys to tenant names")
+        hashed: dict[str, str] = {}
+        for key, name in value.items():
+            if not isinstance(key, str) or not isinstance(name, str):
+                raise ValueError("keys and tenant names must be strings")
+            digest, tenant = configured_hash(key), tenant_name(name)
+            if hashed.setdefault(digest, tenant) != tenant:
+                raise ValueError(f"one key is listed for two tenants ({hashed[digest]}, {tenant})")
+        return hashed
+
+    def client_keys(self) -> ClientKeys | None:
+        """The keys as the core's value; None when none are set (no client key is checked)."""
+        return ClientKeys(dict(self.keys)) if self.keys else None
+
+
 class Settings(_Section):
     upstream: UpstreamSettings = UpstreamSettings()
     redis: RedisSettings = RedisSettings()
@@ -330,13 +391,15 @@ class Settings(_Section):
     server: ServerSettings = ServerSettings()
     log: LogSettings = LogSettings()
     admin: AdminSettings = AdminSettings()
+    auth: AuthSettings = AuthSettings()
     chat_commands: bool = False
     """Answer `/context`, `/compact` and `/context clear` (the whole last user message)
     from the proxy itself, without calling the upstream."""
 
     def model_policies(self) -> ModelPolicies:
         """The `context` and `models` sections as the core's frozen value objects."""
-        default = ContextPolicy(**self.context.model_dump(exclude={"summary_brain"}))
+        context = self.context.model_dump(exclude={"summary_brain", "learned_ttl_s"})
+        default = ContextPolicy(**context)
         overrides = {
             name: default.replace(**entry.model_dump(exclude_none=True))
             for name, entry in self.models.items()
@@ -433,8 +496,11 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        secret = any(word in key for word in _SECRET_WORDS)
-        got = "" if error["type"] == "missing" or secret else f" (got {error['input']!r})"
+        # Not echoed: a secret key's value, nor a whole section (a check across its keys),
+        # which may hold one; a URL's password is hidden.
+        secret = any(word in key for word in _SECRET_WORDS) or isinstance(error["input"], dict)
+        shown = redact(repr(error["input"]))
+        got = "" if error["type"] == "missing" or secret else f" (got {shown})"
         if error["type"] == "extra_forbidden":
             parts.append(f"{key}: unknown key")
         else:
@@ -443,7 +509,7 @@ def _describe(exc: ValidationError) -> str:
 
 
 # Values of keys with these words are never echoed back in an error message.
-_SECRET_WORDS = ("api_key", "token", "password", "secret")
+_SECRET_WORDS = ("api_key", "token", "password", "secret", "auth")
 
 
 def _kind(value: object) -> str:

@@ -19,7 +19,14 @@ What the proxy needs from it, and how each is met:
 - Closing from a cancelled task: `UpstreamResponse.close()` is synchronous, so it still runs
   when the client disconnects and the relay task is being cancelled.
 - Failures as the error tree: connection failures become `UpstreamUnreachableError` (502),
-  time-outs `UpstreamTimeoutError` (504).
+  time-outs `UpstreamTimeoutError` (504); their messages show the URL with its password
+  hidden.
+- Credentials in the base URL (`https://user:pass@host/v1`, an upstream behind Basic auth):
+  aiohttp refuses a request with both those and an `Authorization` header (a `ValueError`,
+  so a 500), and one header carries one credential. They are taken out of the URL and sent
+  as `Authorization: Basic`, in place of the client's: the operator set them for this
+  upstream, as with `upstream.api_key` (which the settings refuse alongside them), and a
+  client cannot know them.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from proxy.core.headers import Headers
+from proxy.core.urls import redact, split_credentials
 from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
 
 Body = bytes | AsyncIterable[bytes] | None
@@ -60,7 +68,7 @@ class UpstreamResponse:
 
     def __init__(self, response: aiohttp.ClientResponse, *, base_url: str) -> None:
         self._response = response
-        self._base_url = base_url
+        self._base_url = base_url  # as errors show it: its password hidden
         self.status = response.status
         self.headers: Headers = [
             (name.decode("latin-1"), value.decode("latin-1"))
@@ -90,7 +98,11 @@ class UpstreamResponse:
 
 
 class Upstream:
-    """A pooled client for the upstream server at `base_url` (e.g. `https://api.openai.com/v1`)."""
+    """A pooled client for the upstream server at `base_url` (e.g. `https://api.openai.com/v1`).
+
+    `base_url` stays as given, credentials included (a summarizer on the same upstream is
+    built from it); show `shown_url` instead.
+    """
 
     def __init__(
         self,
@@ -98,15 +110,20 @@ class Upstream:
         *,
         timeout_s: float,
         max_connections: int = 1000,
+        keepalive_s: float = 4.0,
         connector_factory: ConnectorFactory | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.shown_url = redact(self.base_url)
+        self._url, credentials = split_credentials(self.base_url)
+        self._authorization = None if credentials is None else credentials.basic()
         # sock_read bounds the wait for each next piece of data, not the whole response:
         # a long stream that keeps producing is fine, a silent upstream is not.
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=timeout_s, sock_read=timeout_s
         )
         self._max_connections = max_connections
+        self._keepalive_s = keepalive_s
         self._connector_factory = connector_factory
         self._session: aiohttp.ClientSession | None = None
 
@@ -119,13 +136,20 @@ class Upstream:
         if self._connector_factory is not None:
             connector = self._connector_factory()
         else:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
+            # Idle connections are dropped before the upstream's own idle time-out (5 s for
+            # uvicorn, Node, llama.cpp): a POST sent on a connection the server is closing
+            # fails, and neither aiohttp nor we may resend a POST (it is not idempotent).
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections,
+                limit_per_host=0,
+                keepalive_timeout=self._keepalive_s,
+            )
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=self._timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-            proxy=outbound_proxy(self.base_url),
+            proxy=outbound_proxy(self._url),
         )
 
     async def aclose(self) -> None:
@@ -137,11 +161,13 @@ class Upstream:
         """Send `request` and return once the response headers have arrived."""
         if self._session is None:
             raise RuntimeError("Upstream.open() has not been called")
-        url = f"{self.base_url}/{request.path}"
+        url = f"{self._url}/{request.path}"
         if request.query:
             url = f"{url}?{request.query}"
         headers = CIMultiDict(request.headers)
-        with _translate_errors(self.base_url):
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization  # replaces the client's
+        with _translate_errors(self.shown_url):
             response = await self._session.request(
                 request.method,
                 url,
@@ -150,7 +176,7 @@ class Upstream:
                 skip_auto_headers=[name for name in _AUTO_HEADERS if name not in headers],
                 allow_redirects=False,
             )
-        return UpstreamResponse(response, base_url=self.base_url)
+        return UpstreamResponse(response, base_url=self.shown_url)
 
 
 def outbound_proxy(url: str) -> str | None:
@@ -169,7 +195,7 @@ def _translate_errors(base_url: str) -> Iterator[None]:
         raise UpstreamTimeoutError(f"The upstream at {base_url} did not answer in time.") from exc
     except aiohttp.ClientError as exc:
         raise UpstreamUnreachableError(
-            f"The upstream at {base_url} could not be reached: {_reason(exc)}"
+            f"The upstream at {base_url} could not be reached: {redact(_reason(exc))}"
         ) from exc
 
 

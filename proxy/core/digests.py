@@ -57,3 +57,14 @@ class Digests:
         found = digest(value)
         self._known[id(value)] = (value, found)
         return found
+
+    def copy(self) -> Digests:
+        """A table with this one's digests so far, to use in another thread (a table is
+        not safe to share between threads)."""
+        copied = Digests()
+        copied._known = dict(self._known)
+        return copied
+
+    def update(self, other: Digests) -> None:
+        """Add the digests `other` computed (a copy used in another thread, now done)."""
+        self._known.update(other._known)

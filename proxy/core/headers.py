@@ -60,8 +60,8 @@ def upstream_request_headers(
 ) -> Headers:
     """The client's headers as sent upstream.
 
-    With `api_key` the proxy authenticates itself and the client's `Authorization` is
-    replaced; without it, the client's credentials travel through unchanged. Keep
+    With `api_key` the proxy authenticates itself and the client's `Authorization` (and
+    `api-key`) is replaced; without it, the client's credentials travel through unchanged. Keep
     `content-length` only when the body is relayed unchanged as a stream. With
     `identity_encoding` the client's `accept-encoding` is not passed on, so the response
     arrives uncompressed and the proxy can read it (usage, errors); the client gets the same
@@ -71,7 +71,9 @@ def upstream_request_headers(
     if identity_encoding:
         drop.add("accept-encoding")
     if api_key is not None:
-        drop.add("authorization")
+        # Both ways a client presents its key (OpenAI's bearer, Azure's `api-key`): with the
+        # proxy's own key, the client's is for the proxy (`auth.keys`), never the provider.
+        drop |= {"authorization", "api-key"}
     headers = _end_to_end(client_headers, frozenset(drop))
     if api_key is not None:
         headers.append(("authorization", f"Bearer {api_key}"))

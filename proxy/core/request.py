@@ -5,8 +5,10 @@ client's dict, unknown and vendor fields included (`top_k`, `reasoning_effort`, 
 and the proxy forwards the client's original bytes whenever it changes nothing.
 
 Only what the proxy itself needs is checked here: the body is a JSON object with a
-`messages` array of objects. Everything else (a bad `model`, a wrong `temperature`) is the
-upstream's to judge, so its own error reaches the client exactly as it would directly.
+`messages` array of objects, within the codec's limits (nesting depth, integer length),
+and a `model`, when a string, that is Unicode text (the store keys by it). Everything else (an
+unknown `model`, a wrong `temperature`) is the upstream's to judge, so its own error reaches
+the client exactly as it would directly.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     """Parse and minimally validate a chat completion body. Raises `InvalidRequestError`."""
     try:
         body = jsoncodec.loads(raw)
+    except jsoncodec.JSONLimitError as exc:
+        raise InvalidRequestError(
+            f"The JSON body of your request is beyond what this proxy accepts: {exc}."
+        ) from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequestError(
             f"We could not parse the JSON body of your request: {exc}. "
@@ -54,6 +60,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         raise InvalidRequestError(
             f"The request body must be a JSON object, not a JSON {_json_kind(body)}."
         )
+    _check_model(body.get("model"))
     messages = body.get("messages")
     if messages is None:
         raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages")
@@ -70,6 +77,26 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
                 param=f"messages[{index}]",
             )
     return ChatRequest(raw=raw, body=body)
+
+
+def _check_model(model: object) -> None:
+    # JSON may spell a lone surrogate (`"\\ud800"`), but it is no Unicode text: the model
+    # names keys in the store, which encodes them as UTF-8 and cannot. No provider serves
+    # such a model, so the request is refused here rather than failing deep inside.
+    if isinstance(model, str) and not model.isascii() and not _is_unicode(model):
+        raise InvalidRequestError(
+            "Invalid 'model': the model name contains a lone UTF-16 surrogate (such as "
+            "\\ud800), which is not a Unicode character.",
+            param="model",
+        )
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_kind(value: object) -> str:

@@ -14,20 +14,29 @@ no longer extends the one it compacted (an edit, a rewind, a branch).
   R. A request whose body has `h_k` among its own chain hashes is forwarded as
   `head + R + body[k:]`; the longest matching checkpoint wins; a changed prefix matches none.
 - The session id is the client's `X-Session-Id`, else `h_1`: the conversation's first body
-  message names it, so every request of one conversation finds the same session.
-- The tenant is a hash of the credential the request is made with; it namespaces everything
-  stored, and is never the credential itself.
+  message names it, so every request of one conversation finds the same session. A client's
+  id is at most `SESSION_ID_MAX_CHARS` of `[A-Za-z0-9._:-]` (UUIDs, ULIDs, nanoids, slugs and
+  `team:project:42` all fit); anything else is refused, never stored, logged or echoed.
+- The tenant is a hash of the credential the request is made with, or of the tenant name its
+  key has in `auth.keys`; it namespaces everything stored, and is never the credential.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from proxy.core.digests import chain, digest
 from proxy.core.messages import Message, is_instruction
+from proxy.errors import InvalidRequestError
+
+SESSION_ID_MAX_CHARS: Final = 128
+# Characters safe everywhere an id goes: a response header, a URL path (`/sessions/{id}`),
+# a store key and a log line. No space, slash, quote or control character.
+_SESSION_ID: Final = re.compile(rf"[A-Za-z0-9._:-]{{1,{SESSION_ID_MAX_CHARS}}}")
 
 
 def content_hash(message: Message) -> str:
@@ -65,11 +74,34 @@ def tenant_of(credential: str | None) -> str:
     return digest.hexdigest()
 
 
+def tenant_of_name(name: str) -> str:
+    """The tenant for a tenant name of `auth.keys`: hashed apart from credentials (its own
+    personalization), so no credential's tenant can coincide with a named one."""
+    digest = hashlib.blake2b(name.encode(), digest_size=12, person=b"tenant-name")
+    return digest.hexdigest()
+
+
 def session_id_of(header: str | None, hashes: Sequence[str]) -> str | None:
-    """The client's session id, else the one derived from the first body message."""
+    """The client's session id, else the one derived from the first body message.
+
+    Raises `InvalidRequestError` for a header that `checked_session_id` refuses.
+    """
     if header:
-        return header
+        return checked_session_id(header, param="X-Session-Id")
     return hashes[0] if hashes else None
+
+
+def checked_session_id(session_id: str, *, param: str) -> str:
+    """`session_id` when it is a valid id; else `InvalidRequestError` naming `param`, whose
+    message never repeats the value (it may be megabytes, or meant for a log reader)."""
+    if _SESSION_ID.fullmatch(session_id) is None:
+        raise InvalidRequestError(
+            f"{param} must be 1 to {SESSION_ID_MAX_CHARS} characters from A-Z, a-z, 0-9 and "
+            f". _ : - (this one has {len(session_id)} characters).",
+            param=param,
+            code="invalid_session_id",
+        )
+    return session_id
 
 
 @dataclass(frozen=True, slots=True)

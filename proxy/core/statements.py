@@ -38,13 +38,20 @@ _BULLET = "- "
 # What one listed statement costs beyond its words: the bullet and the line break.
 _ENTRY_OVERHEAD = 2
 
+MAX_STATEMENT_CHARS = 4_000
+"""Longer sentences are no statements (see `_sentences`)."""
+
 RULE, SPECIFIC, TASK, OTHER = 0, 1, 2, 3
 """Ranks, most important first."""
 
 # A sentence: up to `.`, `!` or `?` before a space, or the end of the line; a list marker in
-# front is not part of it. Dots inside words (`main.py`, `3.11`) do not end a sentence.
+# front is not part of it. Dots inside words (`main.py`, `3.11`) do not end a sentence. A run
+# of marks is taken whole (possessive), never retried from each of its characters: a lazy
+# `.*?` before `[.!?]+` scans a long run of dots once per dot, quadratic in its length.
 _SENTENCE = re.compile(
-    r"(?:(?:[-*+•>]|\d{1,3}[.)])[ \t]+)?(?P<body>\S.*?(?:[.!?]+(?=\s|$)|$))", re.MULTILINE
+    r"(?:(?:[-*+•>]|\d{1,3}[.)])[ \t]+)?"
+    r"(?P<body>\S(?:[^.!?\n]++|[.!?]++(?!\s|$))*+(?:[.!?]++|$))",
+    re.MULTILINE,
 )
 _APOSTROPHE = "['\u2019]"
 _RULE_WORDS = (
@@ -74,8 +81,10 @@ _STYLE_VERBS = re.compile(
 _ALNUM = re.compile(r"[^\W_]")
 
 # What an update's shape ignores: values (anything with a digit, a slash, an underscore, an
-# `@`, a currency sign, quoted text), and the words people use to announce a change.
-_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`|[^\s]*[\d/_@$€£¥][^\s]*")
+# `@`, a currency sign, quoted text), and the words people use to announce a change. A value
+# word is only tried where a word starts: tried at every character, a long run with no value
+# in it (a base64 blob) would be scanned once per character, quadratic in its length.
+_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`|(?<!\S)[^\s]*[\d/_@$€£¥][^\s]*")
 _CHANGE_WORDS = re.compile(
     r"\b(?:now|actually|update[ds]?|instead|changed?|correction|new|still|from\s+now\s+on)\b",
     re.IGNORECASE,
@@ -110,7 +119,9 @@ def statements_of(messages: Iterable[Message], *, task: Message | None = None) -
 def _sentences(source: str) -> Iterator[str]:
     for match in _SENTENCE.finditer(source):
         sentence = match["body"].rstrip()
-        if _ALNUM.search(sentence):
+        # A "sentence" longer than a page is pasted data (a log line, a blob), not words a
+        # ledger can carry; ranking one costs seconds per megabyte of it.
+        if len(sentence) <= MAX_STATEMENT_CHARS and _ALNUM.search(sentence):
             yield sentence
 
 

@@ -92,6 +92,17 @@ def detach_note(message: Message) -> tuple[Message, str | None]:
     return restored, notes[-1] if notes else None
 
 
+def _note_start(content: str) -> int:
+    """Where `_NOTE.search` would match (-1: nowhere), jumping from one paragraph break to
+    the next: a search tries every character, a quarter of a second on 10 MB."""
+    if _NOTE.match(content):
+        return 0
+    start = content.find("\n\n[")
+    while start != -1 and not _NOTE.match(content, start):
+        start = content.find("\n\n[", start + 1)
+    return start
+
+
 def detach_notes(message: Message) -> tuple[Message, list[str]]:
     """`message` without the notes the proxy merged into it, and those notes, oldest first.
 
@@ -107,10 +118,10 @@ def detach_notes(message: Message) -> tuple[Message, list[str]]:
                 return message, []  # a standalone note: `note_of` reads it
             notes.append(note)
             content = rest
-        match = _NOTE.search(content)
-        if match is not None:
-            notes.append(content[match.start() :].removeprefix("\n\n"))
-            content = content[: match.start()]
+        start = _note_start(content)
+        if start != -1:
+            notes.append(content[start:].removeprefix("\n\n"))
+            content = content[:start]
     elif isinstance(content, list):
         if content and _is_note_part(content[0]) and content[0]["text"].endswith(_OPENING_NOTE_END):
             notes.append(content[0]["text"].removesuffix(_OPENING_NOTE_END))

@@ -21,6 +21,15 @@ Sources of the constants:
 Counting costs grow with a request's new messages, not its history: a message's count is
 cached under a hash of its canonical JSON, which is several times cheaper than encoding it
 (`python -m bench.tokens` measures both).
+
+Huge texts are never encoded. Byte-level BPE (o200k_base, cl100k_base) makes at most one
+token of each UTF-8 byte, so a text's byte length is a count that can never be too low;
+it is used above `EXACT_MAX_BYTES`, where encoding would cost seconds (a 10 MB text with no
+whitespace takes tiktoken 5 s) and the text overflows every common window either way. Texts
+of `LARGE_TEXT_CHARS` or more have their counts remembered by hash: the service counts a
+large request's new messages in a worker thread (`count_apart`, then `remember`), and the
+plan's later counts of the same texts find them there. It plans a large request in a worker
+thread too, with a counter of its own (`apart`, then `merge`).
 """
 
 from __future__ import annotations
@@ -80,7 +89,9 @@ class ApproximateEncoder:
 
     def count(self, text: str) -> int:
         """An estimate of `text`'s tokens, usually above tiktoken's count."""
-        return sum(_piece_tokens(piece) for piece in _PIECES.findall(text))
+        # One match at a time (not `findall`): in a worker thread, the event loop gets the
+        # GIL back between matches instead of waiting for the whole text.
+        return sum(_piece_tokens(match.group()) for match in _PIECES.finditer(text))
 
 
 def _piece_tokens(piece: str) -> int:
@@ -174,6 +185,14 @@ FILE_TOKENS: Final = 1_600
 worth (its text and its page image). Large documents exceed it; calibration and the
 overflow handling correct what this misses."""
 
+EXACT_MAX_BYTES: Final = 4 * 1024 * 1024
+"""Texts longer than this in UTF-8 count as their byte length, never encoded: 4 MiB is over
+4 million tokens, beyond the largest common windows, and prose that long is a million."""
+LARGE_TEXT_CHARS: Final = 16 * 1024
+"""Texts at least this long have their counts cached by hash (hashing is a small fraction
+of encoding them), so a count made in a worker thread serves the later ones."""
+_TEXT_CACHE_SIZE: Final = 1_024
+
 _ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _PNG_DATA_URL: Final = "data:image/png;base64,"
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
@@ -185,26 +204,69 @@ class TokenCounter:
     Keep one counter per encoding for the life of the process: the cache is what makes a
     long conversation cheap to count again on its next turn. `cache_size` bounds the number
     of remembered messages and schemas (least recently used go first; 0 disables caching).
-    Not thread-safe: share a counter within one event loop, not across threads.
+    Not thread-safe: share a counter within one event loop, not across threads; only
+    `count_apart` and a counter made by `apart` may run in another thread.
     """
 
-    def __init__(self, encoder: TextEncoder, *, cache_size: int = 65_536) -> None:
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        *,
+        cache_size: int = 65_536,
+        exact_max_bytes: int = EXACT_MAX_BYTES,
+    ) -> None:
         self.encoder = encoder
         self._cache_size = cache_size
+        self._exact_max_bytes = exact_max_bytes
         self._cache: OrderedDict[bytes, int] = OrderedDict()
+        self._texts: OrderedDict[bytes, int] = OrderedDict()
         self._roles: dict[str, int] = {}
+        self._digests: Digests | None = None
         self._digest: Callable[[object], bytes] = digest
 
     def for_request(self, digests: Digests) -> TokenCounter:
         """This counter (the same cache) taking message digests from `digests`: one request's
         messages are then hashed once for counting, chain hashes and the archive alike."""
         keyed = copy.copy(self)
+        keyed._digests = digests
         keyed._digest = digests.of
         return keyed
 
+    def apart(self, messages: Iterable[Any], body: Mapping[str, Any]) -> TokenCounter:
+        """A counter for one piece of work in a worker thread, such as a plan of `messages`
+        in the request `body`: it knows this counter's counts of them, of `body`'s schemas
+        and of long texts, in tables of its own (and a copy of the request's digests), so
+        neither thread touches a table the other changes. Pass it to `merge` afterwards, on
+        this counter's own thread.
+
+        Copying only what the work needs keeps this cheap on the calling thread: copying a
+        full cache of 65,536 counts takes about 10 ms.
+        """
+        apart = copy.copy(self)
+        apart._cache = OrderedDict()
+        for kind, values in ((b"m", messages), (b"s", _schemas(body))):
+            for value in values:
+                key = kind + self._digest(value)
+                tokens = self._cache.get(key)
+                if tokens is not None:
+                    apart._cache[key] = tokens
+        apart._texts = self._texts.copy()
+        apart._roles = dict(self._roles)
+        if self._digests is not None:
+            apart._digests = self._digests.copy()
+            apart._digest = apart._digests.of
+        return apart
+
+    def merge(self, apart: TokenCounter) -> None:
+        """Cache what a counter made by `apart` knows, its new counts included (and its new
+        digests, when both serve one request)."""
+        self.remember(Counted(apart._cache, apart._texts))
+        if self._digests is not None and apart._digests is not None:
+            self._digests.update(apart._digests)
+
     def text(self, text: str) -> int:
-        """Tokens of plain text (uncached)."""
-        return self.encoder.count(text)
+        """Tokens of plain text (cached only when long, see `LARGE_TEXT_CHARS`)."""
+        return self._encode(text)
 
     def message(self, message: Mapping[str, Any]) -> int:
         """Tokens of one message, framing included; malformed messages count without raising."""
@@ -245,6 +307,41 @@ class TokenCounter:
             leading.append(message)
         return self.messages(leading) + self.tools(body)
 
+    def unknown(self, messages: Iterable[Any]) -> list[tuple[bytes, Any]]:
+        """The messages whose counts are not cached, each with its cache key."""
+        keyed = ((b"m" + self._digest(message), message) for message in messages)
+        return [(key, message) for key, message in keyed if key not in self._cache]
+
+    def count_apart(self, pending: Iterable[tuple[bytes, Any]]) -> Counted:
+        """Counts of `unknown`'s messages, made without touching this counter's caches.
+
+        Safe to run in a worker thread while the counter serves other requests; pass the
+        result to `remember` back on the counter's own thread.
+        """
+        apart = TokenCounter(self.encoder, cache_size=0, exact_max_bytes=self._exact_max_bytes)
+        counts = {key: apart._count_message(message) for key, message in pending}
+        return Counted(counts, dict(apart._texts))
+
+    def remember(self, counted: Counted) -> None:
+        """Cache what `count_apart` counted."""
+        for key, tokens in counted.messages.items():
+            _store(self._cache, key, tokens, self._cache_size)
+        for key, tokens in counted.texts.items():
+            _store(self._texts, key, tokens, _TEXT_CACHE_SIZE)
+
+    def _encode(self, text: str) -> int:
+        if len(text) < LARGE_TEXT_CHARS:
+            return self.encoder.count(text)
+        size = utf8_size(text)
+        if size > self._exact_max_bytes:
+            return size  # at most one token per byte: never too low
+        key = digest(text)
+        tokens = self._texts.get(key)
+        if tokens is None:
+            tokens = self.encoder.count(text)
+        _store(self._texts, key, tokens, _TEXT_CACHE_SIZE)
+        return tokens
+
     def _cached(self, kind: bytes, value: Any, count: Callable[[Any], int]) -> int:
         # The key hashes the value's canonical JSON: equal messages share an entry however
         # their keys are ordered, and `kind` keeps a message and an equal schema apart.
@@ -255,15 +352,13 @@ class TokenCounter:
             cache.move_to_end(key)
             return tokens
         tokens = count(value)
-        cache[key] = tokens
-        if len(cache) > self._cache_size:
-            cache.popitem(last=False)
+        _store(cache, key, tokens, self._cache_size)
         return tokens
 
     def _count_message(self, message: Any) -> int:
         if not isinstance(message, Mapping):
             return MESSAGE_TOKENS + self._value(message)
-        tokens = MESSAGE_TOKENS + self._role(role(message)) + self.encoder.count(text(message))
+        tokens = MESSAGE_TOKENS + self._role(role(message)) + self._encode(text(message))
         tokens += self._content_extras(message.get("content"))
         if "name" in message:
             tokens += NAME_TOKENS + self._value(message["name"])
@@ -328,8 +423,40 @@ class TokenCounter:
         if value is None:
             return 0
         if isinstance(value, str):
-            return self.encoder.count(value)
-        return self.encoder.count(_compact(value))
+            return self._encode(value)
+        return self._encode(_compact(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """Counts made by `TokenCounter.count_apart`, by cache key."""
+
+    messages: Mapping[bytes, int]
+    texts: Mapping[bytes, int]
+
+
+def text_size(value: object) -> int:
+    """The characters of the strings in a JSON value (a message): about what counting it
+    costs, found without serializing it."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(len(key) + text_size(item) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(text_size(item) for item in value)
+    return 0
+
+
+def utf8_size(text: str) -> int:
+    """`text`'s length in UTF-8 bytes (a lone surrogate as the 3 bytes it would take)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _store(cache: OrderedDict[bytes, int], key: bytes, tokens: int, size: int) -> None:
+    cache[key] = tokens
+    cache.move_to_end(key)
+    if len(cache) > size:
+        cache.popitem(last=False)
 
 
 def image_tokens(detail: object, size: tuple[int, int] | None) -> int:

@@ -36,6 +36,9 @@ _KEPT_KINDS = frozenset({"identifier", "hash", "path", "url", "email"})
 MAX_KEPT_NAMES = 6
 _MENTIONED = "; it mentioned "
 MAX_KEPT_CHARS = 240
+NAMES_SCANNED_CHARS = 64 * 1024
+"""The names kept are looked for in the result's first this many characters: the first seen
+are kept, and scanning a multi-megabyte result would hold the event loop for seconds."""
 
 
 def is_tool_result(message: Message) -> bool:
@@ -77,7 +80,7 @@ def kept_names(body: str) -> list[str]:
     `MAX_KEPT_NAMES` and `MAX_KEPT_CHARS`."""
     kept: list[str] = []
     used = 0
-    for fact in find_specifics(body):
+    for fact in find_specifics(body[:NAMES_SCANNED_CHARS]):
         if fact.kind not in _KEPT_KINDS or fact.text in kept:
             continue
         if used + len(fact.text) > MAX_KEPT_CHARS:

@@ -110,6 +110,13 @@ class Metrics:
         )
         self._register_compaction(registry)
         self._register_failures(registry)
+        self._background_failures = Counter(
+            f"{PREFIX}background_task_failures",
+            "Background tasks (turn records, archive, summaries written ahead) that raised, "
+            "by task kind; each is logged with its traceback.",
+            ["kind"],
+            registry=registry,
+        )
         self._streams = Gauge(
             f"{PREFIX}active_streams",
             "Streamed chat completions being relayed now.",
@@ -192,7 +199,20 @@ class Metrics:
         )
         self._store_errors = Counter(
             f"{PREFIX}store_errors",
-            "Session store calls that failed (the request went on without the store).",
+            "Session store calls that failed or were skipped while its breaker was open "
+            "(the request went on without the store).",
+            registry=registry,
+        )
+        self._store_writes_lost = Counter(
+            f"{PREFIX}store_writes_lost",
+            "Session store writes (session state, checkpoints, archive, summaries) that failed "
+            "or were skipped: what an outage did not remember.",
+            registry=registry,
+        )
+        self._store_breaker_open = Gauge(
+            f"{PREFIX}store_breaker_open",
+            "1 while the session store's circuit breaker is open (calls skipped until it "
+            "answers a PING), else 0.",
             registry=registry,
         )
 
@@ -272,8 +292,23 @@ class Metrics:
 
     @_never_raises
     def store_error(self) -> None:
-        """A call to the session store failed and was served around."""
+        """A call to the session store failed, or was skipped, and was served around."""
         self._store_errors.inc()
+
+    @_never_raises
+    def store_write_lost(self) -> None:
+        """A write to the session store failed or was skipped."""
+        self._store_writes_lost.inc()
+
+    @_never_raises
+    def store_breaker(self, *, open_: bool) -> None:
+        """The session store's breaker opened or closed."""
+        self._store_breaker_open.set(1 if open_ else 0)
+
+    @_never_raises
+    def background_task_failed(self, kind: str) -> None:
+        """A background task raised (`kind`: "turn" or "summary", a fixed set)."""
+        self._background_failures.labels(kind).inc()
 
     @_never_raises
     def stream_started(self) -> None:

@@ -28,6 +28,7 @@ from proxy.core import hooks
 from proxy.core.breaker import Breaker
 from proxy.core.commands import command_of
 from proxy.core.headers import Headers, upstream_request_headers
+from proxy.core.keys import ClientKeys
 from proxy.core.policy import ModelPolicies
 from proxy.core.request import ChatRequest, parse_chat_request
 from proxy.core.tokens import TokenCounter
@@ -38,11 +39,11 @@ from proxy.service.access import Access
 from proxy.service.chat import ChatForwarder
 from proxy.service.commands import ChatCommands
 from proxy.service.compactor import Compactor, Outcome
-from proxy.service.memory import Memory
+from proxy.service.memory import LEARNED_TTL_S, Memory
 from proxy.service.operator import Operator
 from proxy.service.preparer import Preparer
 from proxy.service.replies import Incoming, Reply, buffered, streamed
-from proxy.service.turns import Turn, Turns
+from proxy.service.turns import Turn, Turns, credentials_of
 
 __all__ = ["Incoming", "ProxyService", "Reply", "ServiceConfig"]
 
@@ -56,6 +57,8 @@ class ServiceConfig:
     policies: ModelPolicies = field(default_factory=ModelPolicies)
     rules: tuple[hooks.Hook, ...] = ()
     upstream_api_key: str | None = None
+    client_keys: ClientKeys | None = None
+    """`auth.keys`: when set, only these keys may call, each in its tenant."""
     summary_timeout_s: float = 120.0
     summary_breaker: Breaker = field(default_factory=Breaker)
     """After how many failed summaries in a row, and for how long, summaries are skipped."""
@@ -64,6 +67,8 @@ class ServiceConfig:
     chat_commands: bool = False
     log_content: bool = False
     """Put the last user message (truncated) in each request's log line."""
+    learned_ttl_s: float = LEARNED_TTL_S
+    """How long a tenant's learned window and calibration last (`context.learned_ttl_s`)."""
 
 
 class ProxyService:
@@ -84,13 +89,14 @@ class ProxyService:
         self._api_key = api_key = config.upstream_api_key
         self.metrics = metrics = metrics or Metrics()
         self._log_content = config.log_content
-        self.memory = Memory(store, metrics=metrics)
+        self.memory = Memory(store, metrics=metrics, learned_ttl_s=config.learned_ttl_s)
         self._turns = Turns(
             memory=self.memory,
             policies=config.policies,
             encoders=encoders,
             upstream=upstream,
             upstream_api_key=api_key,
+            client_keys=config.client_keys,
         )
         # One per process: a brain that keeps failing is skipped for a while (see breaker.py).
         preparer = Preparer(
@@ -189,7 +195,18 @@ class ProxyService:
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        # The answer has gone out, so nobody awaits this work: what it raises is logged and
+        # counted here, once, rather than lost with the task (or printed by asyncio at exit).
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            logger.error("background work after a turn failed: %r", error, exc_info=error)
+            self.metrics.background_task_failed("turn")
 
     async def _untouched(self, incoming: Incoming, request: ChatRequest, access: Access) -> Reply:
         headers = upstream_request_headers(incoming.headers, api_key=self._api_key)
@@ -212,7 +229,8 @@ class ProxyService:
         return self._turns.counter(model)
 
     def tenant_of(self, credentials: Headers) -> str:
-        """The tenant a caller with `credentials` acts as."""
+        """The tenant a caller with `credentials` acts as. Raises AuthenticationError for a
+        key `auth.keys` does not list, when it is set."""
         return self._turns.tenant(credentials)
 
     @property
@@ -224,7 +242,12 @@ class ProxyService:
         self._turns.policies = policies
 
     async def passthrough(self, incoming: Incoming, body: AsyncIterable[bytes] | None) -> Reply:
-        """Forward any other `/v1/*` request untouched, streaming both bodies."""
+        """Forward any other `/v1/*` request untouched, streaming both bodies.
+
+        Raises AuthenticationError, before anything is sent, for a key `auth.keys` does not
+        list: the proxy's upstream key is never lent to an unknown caller.
+        """
+        self.tenant_of(credentials_of(incoming))
         response = await self._upstream.send(
             UpstreamRequest(
                 method=incoming.method,

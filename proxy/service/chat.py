@@ -2,7 +2,8 @@
 
 Errors are classified with the core's overflow classifier. An overflow that compaction can
 fix is retried exactly once, after the emergency plan (no LLM call) and after learning the
-window the error stated; a second overflow, or one compaction cannot fix, goes back to the
+window the error stated, when its numbers are about the request that was sent
+(`proxy.core.lessons`); a second overflow, or one compaction cannot fix, goes back to the
 client as the provider sent it, with `x-should-retry: false` so SDKs do not retry it
 themselves. Any other error goes back unchanged at once.
 
@@ -11,7 +12,8 @@ event (older llama.cpp, OpenRouter): that first event is read before anything is
 the same retry applies while nothing has reached the client yet.
 
 Every successful response's `usage.prompt_tokens`, compared with our estimate of the same
-payload, updates the model's calibration.
+payload, updates the model's calibration. Both facts are the tenant's own (another tenant's
+requests never read them) and expire after `context.learned_ttl_s`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from proxy.core import jsoncodec
 from proxy.core.budget import output_reserve
 from proxy.core.calibration import updated_calibration
 from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
+from proxy.core.lessons import window_lesson
 from proxy.core.messages import Message
 from proxy.core.overflow import Verdict, classify
 from proxy.core.plan import Compacted, Situation, plan_emergency
@@ -86,7 +89,7 @@ class ChatForwarder:
             return await self._success(turn, outcome, sent, access)
         if not verdict.overflow:
             return self._error(sent, [])
-        retried = await self._after_overflow(turn, outcome, verdict)
+        retried = await self._after_overflow(turn, outcome, verdict, sent.estimate)
         if not retried:
             return self._error(sent, _NO_RETRY)
         sent.response.close()
@@ -142,14 +145,17 @@ class ChatForwarder:
             self._metrics.overflow(verdict.kind.value.lower())
         return verdict
 
-    async def _after_overflow(self, turn: Turn, outcome: Outcome, verdict: Verdict) -> bool:
+    async def _after_overflow(
+        self, turn: Turn, outcome: Outcome, verdict: Verdict, estimate: int
+    ) -> bool:
         """Learn from the overflow and compact hard; False when nothing can be done."""
-        if verdict.limit:
-            await self._memory.learn_window(turn.model, verdict.limit)
+        window = await self._lesson(turn, verdict, estimate)
         if not verdict.compaction_can_fix:
             return False
         situation = Situation(outcome.messages, turn.request.body, turn.policy, turn.budget)
-        result = plan_emergency(situation, turn.counter, stated_limit=verdict.limit)
+        result = await turn.planned(
+            outcome.messages, lambda c: plan_emergency(situation, c, stated_limit=window)
+        )
         if not isinstance(result, Compacted):
             return False
         logger.info(
@@ -160,6 +166,26 @@ class ChatForwarder:
         )
         await self._compactor.freeze(turn, result, "overflow", outcome)
         return True
+
+    async def _lesson(self, turn: Turn, verdict: Verdict, estimate: int) -> int | None:
+        """The window the overflow taught the tenant, if its numbers are believed."""
+        if verdict.limit is None:
+            return None
+        sent = turn.budget.estimate(estimate)  # in the provider's tokens, as it states them
+        output = output_reserve(turn.request.body, 0) or None
+        window = window_lesson(verdict, sent=sent, output=output)
+        if window is None:
+            logger.warning(
+                "overflow (%s) states a limit of %d tokens and a prompt of %s, but about %d "
+                "were sent: not learned",
+                verdict.rule,
+                verdict.limit,
+                verdict.prompt_tokens,
+                sent,
+            )
+            return None
+        await self._memory.learn_window(turn.tenant, turn.model, window)
+        return window
 
     def _error(self, sent: _Sent, extra: Headers) -> Reply:
         sent.response.close()
@@ -202,11 +228,11 @@ class ChatForwarder:
             return
         reported = usage.get("prompt_tokens")
         if isinstance(reported, int):
-            current = await self._memory.calibration(turn.model)
+            current = await self._memory.calibration(turn.tenant, turn.model)
             factor = updated_calibration(current, estimated=estimate, reported=reported)
             # Small drifts are not worth a write on every response.
             if factor is not None and (current is None or abs(factor - current) > 0.002):
-                await self._memory.set_calibration(turn.model, factor)
+                await self._memory.set_calibration(turn.tenant, turn.model, factor)
         pressure = turn.budget.pressure(outcome.tokens_after)
         await self._memory.record_usage(turn.tenant, turn.session, usage, pressure)
 

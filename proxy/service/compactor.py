@@ -169,7 +169,7 @@ class Compactor:
             turns_since_compaction=turn.state.turns_since_compaction,
             force=action.force,
         )
-        plan = plan_compaction(situation, turn.counter)
+        plan = await turn.planned(situation.messages, lambda c: plan_compaction(situation, c))
         # Whether compaction had its chance: after it, a request still over the provider's
         # window cannot be helped, and the proxy answers the overflow itself.
         outcome.tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"

@@ -4,13 +4,21 @@ Every call goes through `Memory`, which turns a store outage into "nothing remem
 no checkpoint found, a fresh session state, nothing recorded. The proxy then compacts from
 the request alone and keeps serving. The outage is logged once when it starts and once when
 the store answers again, not on every request.
+
+A failed call opens a circuit breaker: from then on calls are not made at all (each is
+served as if the store had nothing) until the store answers a PING, tried off the request
+path at most once per `probe_interval_s`. A hung Redis thus costs the requests in flight
+one store timeout (the adapter bounds each call whole), and the next ones nothing. Every
+call served around the store is counted (`store_errors`), and every write among them too
+(`store_writes_lost`): what the outage did not remember.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from proxy.adapters.store import Store, StoreUnavailableError
@@ -20,8 +28,14 @@ from proxy.observability.metrics import Metrics
 
 logger = logging.getLogger("proxy.store")
 
-# How long a replica trusts its copy of a model's calibration and learned window.
+# How long a replica trusts its copy of a tenant's calibration and learned window.
 FACT_TTL_S = 5.0
+# Tenant and model pairs whose facts a replica keeps at most.
+MAX_FACTS = 10_000
+# How long a learned window or calibration lasts in the store unless configured: one day.
+LEARNED_TTL_S = 86_400.0
+# While the breaker is open, the store is asked to PING at most this often.
+PROBE_INTERVAL_S = 1.0
 
 _T = TypeVar("_T")
 
@@ -29,32 +43,90 @@ _T = TypeVar("_T")
 class Memory:
     """Best-effort access to the session store."""
 
-    def __init__(self, store: Store, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        metrics: Metrics | None = None,
+        probe_interval_s: float = PROBE_INTERVAL_S,
+        learned_ttl_s: float = LEARNED_TTL_S,
+    ) -> None:
         self.store = store
+        # How long the store keeps what responses taught (calibration, learned windows).
+        self._learned_ttl_s = learned_ttl_s
         self._metrics = metrics
+        # The breaker: the summarizer's (`proxy.core.breaker`) lets every caller through
+        # once its cool-off ends, and with a hung store each of them would wait; here no
+        # request tries the store while it is open, one background PING does.
         self._down = False
-        self._facts: dict[tuple[str, str], tuple[float, float | None]] = {}
+        self._probe_interval_s = probe_interval_s
+        self._probe_at = 0.0
+        self._probe: asyncio.Task[None] | None = None
+        self._facts: dict[tuple[str, str, str], tuple[float, float | None]] = {}
 
-    async def _try(self, call: Awaitable[_T], default: _T) -> _T:
+    async def _try(self, call: Awaitable[_T], default: _T, *, write: bool = False) -> _T:
+        """`call`'s value, or `default` when the store failed or its breaker is open;
+        `write`: the call stores something (counted as lost when it is not made)."""
+        if self._down:
+            if isinstance(call, Coroutine):
+                call.close()  # never awaited: closed, so Python does not warn about it
+            self._served_around(write)
+            self._start_probe()
+            return default
         try:
             value = await call
         except StoreUnavailableError as exc:
-            # Counted every time, logged once per outage: the count shows how much of the
-            # traffic an outage touched, the log when it started and ended.
-            if self._metrics is not None:
-                self._metrics.store_error()
-            if not self._down:
-                logger.warning("session store unavailable, serving without it: %s", exc)
-                self._down = True
+            self._served_around(write)
+            self._open(exc)
             return default
-        if self._down:
-            logger.warning("session store is back")
-            self._down = False
+        self._close()
         return value
+
+    def _served_around(self, write: bool) -> None:
+        # Counted every time, logged once per outage: the count shows how much of the
+        # traffic an outage touched, the log when it started and ended.
+        if self._metrics is not None:
+            self._metrics.store_error()
+            if write:
+                self._metrics.store_write_lost()
+
+    def _open(self, exc: StoreUnavailableError) -> None:
+        if self._down:
+            return
+        logger.warning("session store unavailable, serving without it: %s", exc)
+        self._down = True
+        self._probe_at = time.monotonic()  # the next call may probe at once
+        if self._metrics is not None:
+            self._metrics.store_breaker(open_=True)
+
+    def _close(self) -> None:
+        if not self._down:
+            return
+        logger.warning("session store is back")
+        self._down = False
+        if self._metrics is not None:
+            self._metrics.store_breaker(open_=False)
+
+    def _start_probe(self) -> None:
+        """A PING in the background, unless one runs or the last was under an interval ago."""
+        now = time.monotonic()
+        if self._probe is not None or now < self._probe_at:
+            return
+        self._probe_at = now + self._probe_interval_s
+        self._probe = asyncio.create_task(self._ping())
+
+    async def _ping(self) -> None:
+        try:
+            await self.store.ping()
+            self._close()
+        except StoreUnavailableError:
+            logger.debug("session store still unavailable")
+        finally:
+            self._probe = None
 
     @property
     def down(self) -> bool:
-        """Whether the store's last call failed (it is believed unreachable)."""
+        """Whether the store is believed unreachable: its breaker is open, calls are skipped."""
         return self._down
 
     async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
@@ -63,7 +135,8 @@ class Memory:
         return await self._try(self.store.find_checkpoint(tenant, hashes), None)
 
     async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
-        return await self._try(self.store.put_checkpoint(tenant, checkpoint), checkpoint)
+        call = self.store.put_checkpoint(tenant, checkpoint)
+        return await self._try(call, checkpoint, write=True)
 
     async def begin_turn(
         self, tenant: str, session: str | None, model: str | None, at: float
@@ -71,7 +144,7 @@ class Memory:
         if session is None:
             return SessionState()
         return await self._try(
-            self.store.begin_turn(tenant, session, model=model, at=at), SessionState()
+            self.store.begin_turn(tenant, session, model=model, at=at), SessionState(), write=True
         )
 
     async def session(self, tenant: str, session: str | None) -> SessionState | None:
@@ -83,14 +156,16 @@ class Memory:
         self, tenant: str, session: str | None, record: CompactionRecord
     ) -> None:
         if session is not None:
-            await self._try(self.store.record_compaction(tenant, session, record), None)
+            await self._try(self.store.record_compaction(tenant, session, record), None, write=True)
 
     async def record_usage(
         self, tenant: str, session: str | None, usage: dict[str, object], pressure: float
     ) -> None:
         if session is not None:
             await self._try(
-                self.store.record_usage(tenant, session, usage=usage, pressure=pressure), None
+                self.store.record_usage(tenant, session, usage=usage, pressure=pressure),
+                None,
+                write=True,
             )
 
     async def record_turn(
@@ -103,7 +178,7 @@ class Memory:
     ) -> None:
         if session is not None:
             call = self.store.record_turn(tenant, session, point, context=context, request=request)
-            await self._try(call, None)
+            await self._try(call, None, write=True)
 
     async def archive(
         self,
@@ -113,18 +188,21 @@ class Memory:
         hashes: Sequence[str] | None = None,
     ) -> None:
         if session is not None:
-            await self._try(self.store.archive(tenant, session, messages, hashes=hashes), None)
+            call = self.store.archive(tenant, session, messages, hashes=hashes)
+            await self._try(call, None, write=True)
 
     async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
         return await self._try(self.store.find_summaries(tenant, keys), {})
 
     async def put_summary(self, tenant: str, key: str, text: str) -> bool:
         """Whether the summary was stored (False: the store is down)."""
-        return await self._try(self._stored(self.store.put_summary(tenant, key, text)), False)
+        call = self._stored(lambda: self.store.put_summary(tenant, key, text))
+        return await self._try(call, False, write=True)
 
     @staticmethod
-    async def _stored(call: Awaitable[None]) -> bool:
-        await call
+    async def _stored(call: Callable[[], Awaitable[None]]) -> bool:
+        # Made inside: a skipped call closes this coroutine, and leaves none unawaited.
+        await call()
         return True
 
     async def acquire(self, tenant: str, name: str, ttl_s: float) -> str | None:
@@ -134,31 +212,50 @@ class Memory:
     async def release(self, tenant: str, name: str, token: str) -> None:
         await self._try(self.store.release(tenant, name, token), False)
 
-    # Per-model facts change slowly and are read on every request: each replica keeps them
-    # for a few seconds instead of asking the store every time; its own writes apply at once.
+    # A tenant's model facts change slowly and are read on every request: each replica keeps
+    # them for a few seconds instead of asking the store every time; its own writes apply at
+    # once. They are the tenant's own: one tenant's responses never teach another's requests.
 
-    async def calibration(self, model: str | None) -> float | None:
-        return await self._fact("calibration", model, self.store.calibration)
+    async def calibration(self, tenant: str, model: str | None) -> float | None:
+        return await self._fact("calibration", tenant, model, self.store.calibration)
 
-    async def set_calibration(self, model: str | None, factor: float) -> None:
-        self._facts[("calibration", model or "")] = (time.monotonic(), factor)
-        await self._try(self.store.set_calibration(model or "", factor), None)
+    async def set_calibration(self, tenant: str, model: str | None, factor: float) -> None:
+        """Remember the tenant's calibration for the model for `learned_ttl_s`."""
+        self._remember(("calibration", tenant, model or ""), factor)
+        ttl_s = self._learned_ttl_s
+        call = self.store.set_calibration(tenant, model or "", factor, ttl_s=ttl_s)
+        await self._try(call, None, write=True)
 
-    async def learned_window(self, model: str | None) -> int | None:
-        value = await self._fact("window", model, self.store.learned_window)
+    async def learned_window(self, tenant: str, model: str | None) -> int | None:
+        value = await self._fact("window", tenant, model, self.store.learned_window)
         return int(value) if value is not None else None
 
-    async def learn_window(self, model: str | None, window: int) -> None:
-        self._facts[("window", model or "")] = (time.monotonic(), float(window))
-        await self._try(self.store.learn_window(model or "", window), None)
+    async def learn_window(self, tenant: str, model: str | None, window: int) -> None:
+        """Remember the window an overflow taught the tenant for `learned_ttl_s`."""
+        self._remember(("window", tenant, model or ""), float(window))
+        ttl_s = self._learned_ttl_s
+        call = self.store.learn_window(tenant, model or "", window, ttl_s=ttl_s)
+        await self._try(call, None, write=True)
 
     async def _fact(
-        self, kind: str, model: str | None, read: Callable[[str], Awaitable[float | int | None]]
+        self,
+        kind: str,
+        tenant: str,
+        model: str | None,
+        read: Callable[[str, str], Awaitable[float | int | None]],
     ) -> float | None:
-        key = (kind, model or "")
+        key = (kind, tenant, model or "")
         cached = self._facts.get(key)
         if cached is not None and time.monotonic() - cached[0] < FACT_TTL_S:
             return cached[1]
-        value = await self._try(read(model or ""), None)
-        self._facts[key] = (time.monotonic(), None if value is None else float(value))
-        return self._facts[key][1]
+        value = await self._try(read(tenant, model or ""), None)
+        return self._remember(key, None if value is None else float(value))
+
+    def _remember(self, key: tuple[str, str, str], value: float | None) -> float | None:
+        # One entry per tenant and model: bounded, the least recently written dropped first,
+        # so many tenants (or many keys) cannot grow a replica's memory without limit.
+        self._facts.pop(key, None)
+        self._facts[key] = (time.monotonic(), value)
+        if len(self._facts) > MAX_FACTS:
+            del self._facts[next(iter(self._facts))]
+        return value

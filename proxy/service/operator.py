@@ -26,6 +26,7 @@ from proxy.core.session import (
     split_head,
     view,
 )
+from proxy.core.urls import redact
 from proxy.service.compactor import Compactor, unchanged
 from proxy.service.replies import Incoming
 from proxy.service.reports import context_report
@@ -223,5 +224,7 @@ def public_context(settings_context: Mapping[str, Any]) -> dict[str, Any]:
     brain = dict(shown.get("summary_brain") or {})
     if brain.get("api_key"):
         brain["api_key"] = "***"
+    if brain.get("base_url"):
+        brain["base_url"] = redact(brain["base_url"])
     shown["summary_brain"] = brain
     return shown

@@ -175,15 +175,15 @@ class Preparer:
         if waiting is not None:
             self._start(conversation, waiting)
 
-    @staticmethod
-    async def _guarded(work: Coroutine[Any, Any, None]) -> None:
-        # A job is nobody's request: what goes wrong is logged, never lost in a task.
+    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
+        # A job is nobody's request: what goes wrong is logged and counted, never lost.
         try:
             await work
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("a background summary failed")
+            self._metrics.background_task_failed("summary")
 
     # --- the jobs ----------------------------------------------------------------------------
 
@@ -191,7 +191,7 @@ class Preparer:
         # The plan a compaction would make now, forced: its span is what the compaction at
         # the trigger will summarize, up to the messages added by then.
         situation = Situation(messages, turn.request.body, turn.policy, turn.budget, force=True)
-        need = plan_compaction(situation, turn.counter)
+        need = await turn.planned(messages, lambda c: plan_compaction(situation, c))
         if not isinstance(need, NeedsSummary):
             return
         keys = need.keys

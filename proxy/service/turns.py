@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
 from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
 from proxy.core.headers import Headers
+from proxy.core.keys import ClientKeys, presented_key
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy, ModelPolicies
 from proxy.core.request import ChatRequest
@@ -27,13 +30,21 @@ from proxy.core.session import (
     session_id_of,
     split_head,
     tenant_of,
+    tenant_of_name,
     view,
 )
-from proxy.core.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter, text_size
 from proxy.core.windows import Window, decide_window, needs_detection, window_in
-from proxy.errors import UpstreamError
+from proxy.errors import AuthenticationError, UpstreamError
 from proxy.service.memory import Memory
 from proxy.service.replies import Incoming
+
+OFF_LOOP_BYTES = 64 * 1024
+"""New text from which a request is counted in a worker thread: at tiktoken's slowest
+(text without whitespace, about 0.4 s per MB) this much holds the loop some 25 ms. A request
+body this large is also planned in a worker thread (`Turn.planned`)."""
+
+_T = TypeVar("_T")
 
 _CREDENTIAL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
 
@@ -70,6 +81,24 @@ class Turn:
         """Our raw (uncalibrated) count of a request carrying `messages`."""
         return self.counter.messages(messages) + self.counter.tools(self.request.body)
 
+    async def planned(self, messages: Sequence[Message], plan: Callable[[TokenCounter], _T]) -> _T:
+        """`plan(counter)`, a plan of `messages` (the core's, pure): in a worker thread when
+        the request body is at least `OFF_LOOP_BYTES`, else right here.
+
+        A large turn's plan counts what it cuts (a trimmed message's head and tail, the
+        trimmed message), 0.6 to 1.5 s of tiktoken for a 2 MB message without whitespace:
+        that must not hold the event loop. The thread plans with a counter of its own
+        (`TokenCounter.apart`), whose new counts are cached here afterwards, so the counts
+        of what is forwarded are found again. A small turn plans on the loop: a thread hop
+        would cost it more than the plan.
+        """
+        if len(self.request.raw) < OFF_LOOP_BYTES:
+            return plan(self.counter)
+        apart = self.counter.apart(messages, self.request.body)
+        result = await asyncio.to_thread(plan, apart)
+        self.counter.merge(apart)
+        return result
+
 
 class Turns:
     """Builds `Turn`s: tenant, session, checkpoint, window, calibration, counter."""
@@ -82,8 +111,10 @@ class Turns:
         encoders: Encoders,
         upstream: Upstream,
         upstream_api_key: str | None,
+        client_keys: ClientKeys | None = None,
     ) -> None:
         self._memory = memory
+        self._keys = client_keys
         self._policies = policies
         self._encoders = encoders
         self._upstream = upstream
@@ -108,8 +139,21 @@ class Turns:
         return await self._build(incoming, request, tenant, session, count=False)
 
     def tenant(self, credentials: Headers) -> str:
-        """The tenant of a caller: the proxy's own key when it has one, else the caller's."""
-        return tenant_of(self._api_key or _credential_value(credentials))
+        """The tenant of a caller: the one its key names in `auth.keys` when keys are set,
+        else the proxy's own key when it has one, else the caller's credential.
+
+        Raises AuthenticationError for a key `auth.keys` does not list (or none at all).
+        """
+        if self._keys is None:
+            return tenant_of(self._api_key or _credential_value(credentials))
+        name = self._keys.tenant_for(presented_key(credentials))
+        if name is None:
+            # OpenAI's answer to a wrong key, without echoing any part of the key.
+            raise AuthenticationError(
+                "Incorrect API key provided: this proxy does not accept it (auth.keys). "
+                "Send your key as `Authorization: Bearer <key>`."
+            )
+        return tenant_of_name(name)
 
     async def _build(
         self,
@@ -127,13 +171,15 @@ class Turns:
         session = session_id_of(session_header, hashes)
         model = request.model
         policy = self._policies.for_model(model)
+        counter = self.counter(model).for_request(digests)
+        await count_off_loop(counter, request)
         # Side by side: with Redis, one round trip's wait instead of two.
         checkpoint, state = await asyncio.gather(
             self._memory.find_checkpoint(tenant, hashes),
             self._state(tenant, session, model, count=count),
         )
-        window = await self.window(model, credentials)
-        calibration = await self._memory.calibration(model) or 1.0
+        window = await self.window(model, credentials, tenant)
+        calibration = await self._memory.calibration(tenant, model) or 1.0
         budget = request_budget(
             window.tokens,
             request.body,
@@ -151,7 +197,7 @@ class Turns:
             hashes=hashes,
             policy=policy,
             budget=budget,
-            counter=self.counter(model).for_request(digests),
+            counter=counter,
             state=state,
             checkpoint=checkpoint,
             credentials=credentials,
@@ -180,9 +226,10 @@ class Turns:
             self._counters[encoder.name] = TokenCounter(encoder)
         return self._counters[encoder.name]
 
-    async def window(self, model: str | None, credentials: Headers) -> Window:
-        """The model's window, by the one rule (`proxy.core.windows.decide_window`): the
-        upstream is asked only when nothing explicit or well known says it."""
+    async def window(self, model: str | None, credentials: Headers, tenant: str) -> Window:
+        """The model's window for `tenant`, by the one rule (`proxy.core.windows.decide_window`):
+        the upstream is asked only when nothing explicit or well known says it; a window the
+        tenant's own overflow errors taught caps it."""
         configured = self._policies.configured_window(model)
         context_window = self._policies.default.context_window
         reported = None
@@ -195,7 +242,7 @@ class Turns:
             configured=configured,
             context_window=context_window,
             reported=reported,
-            learned=await self._memory.learned_window(model),
+            learned=await self._memory.learned_window(tenant, model),
         )
 
     async def _reported_window(self, model: str, credentials: Headers) -> int | None:
@@ -214,6 +261,21 @@ class Turns:
         except UpstreamError:
             return None
         return window_in(raw, model) if response.status == 200 else None
+
+
+async def count_off_loop(counter: TokenCounter, request: ChatRequest) -> None:
+    """Count a request's uncounted messages in a worker thread when they hold at least
+    `OFF_LOOP_BYTES` of text, so that every later count of them is a cache hit.
+
+    Encoding runs without the GIL (tiktoken releases it), so other requests go on meanwhile.
+    A smaller request is counted where it is used: a thread hop would cost it more than the
+    count (and most requests are a history whose counts are cached plus one new message).
+    """
+    if len(request.raw) < OFF_LOOP_BYTES:
+        return
+    pending = counter.unknown(request.messages)
+    if sum(text_size(message) for _, message in pending) >= OFF_LOOP_BYTES:
+        counter.remember(await asyncio.to_thread(counter.count_apart, pending))
 
 
 def credentials_of(incoming: Incoming) -> Headers:

@@ -2,10 +2,11 @@
 operator's hand on it (compact, revert, forget, runtime config).
 
 Tenant-scoped like the chat path: a caller's credential (`Authorization` or `api-key`)
-names its tenant, and it sees only that tenant's sessions; another tenant's session is a
-404, never a 403, so ids cannot be probed. `admin.token` as the bearer token unlocks every
-tenant (`?tenant=` narrows it to one) and the runtime config. FastAPI serves these routes:
-they validate input and are documented at `/docs`.
+names its tenant (through `auth.keys` when set: an unlisted key is a 401), and it sees only
+that tenant's sessions; another tenant's session is a 404, never a 403, so ids cannot be
+probed. `admin.token` as the bearer token unlocks every tenant (`?tenant=` narrows it to
+one) and the runtime config. FastAPI serves these routes: they validate input and are
+documented at `/docs`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
 from proxy.adapters.store import StoreUnavailableError
+from proxy.core.session import checked_session_id
 from proxy.errors import (
     AuthenticationError,
     ConflictError,
@@ -93,6 +95,8 @@ TenantQuery = Annotated[
 
 
 async def _ref(request: Request, who: Caller, session_id: str, tenant: str | None) -> SessionRef:
+    # The rule the chat path applies to X-Session-Id: a 400 that does not repeat the id.
+    checked_session_id(session_id, param="session_id")
     wanted = who.tenant if not who.admin else tenant
     try:
         return await _service(request).operator.find(wanted, session_id)

@@ -9,6 +9,7 @@ it ends.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -29,7 +30,9 @@ from proxy.service import ProxyService, ServiceConfig
 from proxy.settings import Settings
 from proxy.web import admin, routes
 from proxy.web.dashboard import DASHBOARD_ROUTES
-from proxy.web.middleware import RequestCounter
+from proxy.web.middleware import PathGuard, RequestCounter
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(
@@ -50,6 +53,7 @@ def create_app(
             settings.upstream.base_url,
             timeout_s=settings.upstream.timeout_s,
             max_connections=settings.upstream.max_connections,
+            keepalive_s=settings.upstream.keepalive_s,
         )
         brain = settings.context.summary_brain
         # Its own pool and time-out: a slow summary must not wait behind, or hold up, the
@@ -58,8 +62,10 @@ def create_app(
             brain.base_url or client.base_url,
             timeout_s=brain.timeout_s,
             max_connections=settings.upstream.max_connections,
+            keepalive_s=settings.upstream.keepalive_s,
         )
         sessions = store or open_store(settings.redis)
+        _warn_if_one_tenant(settings)
         # Loaded once, off the event loop (reading the files takes about a second); when they
         # cannot be loaded this logs the one startup warning and counts approximately.
         tokenizers = encoders if encoders is not None else await asyncio.to_thread(load_encoders)
@@ -105,6 +111,8 @@ def create_app(
     app.add_exception_handler(HTTPException, routes.http_error)
     app.add_exception_handler(RequestValidationError, routes.validation_error)
     app.add_middleware(RequestCounter, metrics=metrics)
+    # Outermost: the counter, the routes and the session API all see the normalized path.
+    app.add_middleware(PathGuard)
     app.state.metrics = metrics
     app.router.routes.insert(0, routes.CHAT_ROUTE)
     app.include_router(admin.router)
@@ -118,6 +126,7 @@ def _service_config(settings: Settings) -> ServiceConfig:
         policies=settings.model_policies(),
         rules=settings.hook_rules(),
         upstream_api_key=_secret(settings.upstream.api_key),
+        client_keys=settings.auth.client_keys(),
         summary_timeout_s=settings.context.summary_brain.timeout_s,
         summary_breaker=Breaker(
             threshold=settings.context.summary_brain.breaker_failures,
@@ -126,7 +135,19 @@ def _service_config(settings: Settings) -> ServiceConfig:
         summary_concurrency=settings.context.summary_brain.max_concurrent,
         chat_commands=settings.chat_commands,
         log_content=settings.log.content,
+        learned_ttl_s=settings.context.learned_ttl_s,
     )
+
+
+def _warn_if_one_tenant(settings: Settings) -> None:
+    # Not refused: one user in front of their own key (the quick start) is this setup, and
+    # it is documented; a shared deployment learns from this line what to set.
+    if settings.upstream.api_key is not None and not settings.auth.keys:
+        logger.warning(
+            "upstream.api_key is set and auth.keys is not: every client uses the proxy's "
+            "key and all share one tenant (each sees and deletes the others' sessions); "
+            "set auth.keys to give each client key its own tenant"
+        )
 
 
 def _secret(value: SecretStr | None) -> str | None:

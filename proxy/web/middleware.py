@@ -1,14 +1,23 @@
-"""Counting every HTTP request by route and status code (`compaction_proxy_requests_total`).
+"""The ASGI layers around the routes: the path guard and the request counter.
 
-A plain ASGI middleware, not Starlette's `BaseHTTPMiddleware`: it only watches the response's
-start message go by, so streams pass through untouched and unbuffered. A request is counted
-when it ends, streams included, with the status its response started with.
+`PathGuard` normalizes each request's path (`proxy.core.paths.routed`) before anything
+routes it, so `/v1/./chat/completions` is the chat route and `/v1/../admin` no `/v1` route.
+`RequestCounter` counts every HTTP request by route and status code
+(`compaction_proxy_requests_total`), under the normalized path.
+
+Both are plain ASGI middleware, not Starlette's `BaseHTTPMiddleware`: they only look at the
+scope and watch the response's start message go by, so streams pass through untouched and
+unbuffered. A request is counted when it ends, streams included, with the status its
+response started with.
 """
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.core.paths import routed
 from proxy.observability.metrics import Metrics
 
 # Path prefixes and their route names, first match first. The names are a fixed set: a label
@@ -56,3 +65,21 @@ class RequestCounter:
             await self._app(scope, receive, watched)
         finally:
             self._metrics.request(route_of(scope["path"]), status)
+
+
+class PathGuard:
+    """Routes every HTTP request by its normalized path (dot and empty segments resolved in
+    every spelling the upstream might read), in `raw_path` and in the decoded `path` alike.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+            path = routed(raw)
+            if path != raw:
+                # A copy: the server's scope is not ours to change (ASGI spec).
+                scope = {**scope, "raw_path": path.encode("latin-1"), "path": unquote(path)}
+        await self._app(scope, receive, send)

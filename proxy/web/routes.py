@@ -17,7 +17,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from proxy.errors import InvalidRequestError, ProxyError, RequestTooLargeError, UpstreamError
+from proxy.core.paths import confine
+from proxy.errors import (
+    InvalidRequestError,
+    NotFoundError,
+    ProxyError,
+    RequestTooLargeError,
+    UpstreamError,
+)
 from proxy.observability.metrics import Metrics
 from proxy.service import Incoming, ProxyService, Reply
 
@@ -26,6 +33,19 @@ _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 async def chat_completions(request: Request) -> Response:
+    try:
+        return await _chat_completion(request)
+    except ProxyError:
+        raise  # ours, each with its status and body (`proxy_error`)
+    except Exception:
+        # A defect of ours, never the client's doing. Left to the framework it becomes a 500
+        # on a connection the server then drops, under the feet of a client that already
+        # reused it for its next request: answered here, with the connection closed cleanly.
+        logger.exception("chat completion failed in the proxy itself")
+        return _internal_error()
+
+
+async def _chat_completion(request: Request) -> Response:
     raw = await _read_body(request, limit=cast(int, request.app.state.max_body_bytes))
     reply = await _unless_client_leaves(
         request, _service(request).chat_completion(_incoming(request), raw)
@@ -103,8 +123,15 @@ def _service(request: Request) -> ProxyService:
 
 def _incoming(request: Request) -> Incoming:
     # The raw path keeps percent-escapes (`files/a%2Fb`) exactly as the client wrote them.
+    # PathGuard has normalized it already; confining it again here keeps the upstream key
+    # below /v1/ even in an app assembled without the guard.
     raw_path = cast(bytes, request.scope.get("raw_path") or request.url.path.encode())
-    path = raw_path.decode("latin-1").removeprefix("/v1/")
+    path = confine(raw_path.decode("latin-1"))
+    if path is None:
+        raise NotFoundError(
+            f"{request.method} {request.url.path}: Not Found (this proxy serves and forwards "
+            "only paths below /v1/)"
+        )
     headers = [
         (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw
     ]
@@ -163,6 +190,11 @@ async def _unless_client_leaves(request: Request, work: Awaitable[Reply]) -> Rep
 async def _disconnect(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def _internal_error() -> Response:
+    error = ProxyError("compaction-proxy failed on this request; its log has the details.")
+    return JSONResponse(error.to_body(), error.status_code, headers={"connection": "close"})
 
 
 def _too_large(limit: int) -> RequestTooLargeError:

@@ -318,10 +318,10 @@ CALLS: dict[str, Call] = {
     "archived": lambda s: s.archived(A, "s"),
     "acquire": lambda s: s.acquire(A, "lock", ttl_s=1),
     "release": lambda s: s.release(A, "lock", "token"),
-    "calibration": lambda s: s.calibration("m"),
-    "set_calibration": lambda s: s.set_calibration("m", 1.1),
-    "learned_window": lambda s: s.learned_window("m"),
-    "learn_window": lambda s: s.learn_window("m", 1000),
+    "calibration": lambda s: s.calibration(A, "m"),
+    "set_calibration": lambda s: s.set_calibration(A, "m", 1.1, ttl_s=60),
+    "learned_window": lambda s: s.learned_window(A, "m"),
+    "learn_window": lambda s: s.learn_window(A, "m", 1000, ttl_s=60),
     "put_summary": lambda s: s.put_summary(A, "s:k", "- a summary"),
     "find_summaries": lambda s: s.find_summaries(A, ["s:k"]),
 }
@@ -730,16 +730,34 @@ async def test_prepared_summaries_are_found_by_key_within_their_tenant(backend: 
 # -- model facts -----------------------------------------------------------------------------
 
 
-async def test_model_facts_round_trip_and_are_shared_by_tenants(backend: Backend) -> None:
+async def test_model_facts_round_trip_for_their_tenant_only(backend: Backend) -> None:
     store = backend.store
-    assert await store.calibration("gpt-4o") is None
-    assert await store.learned_window("gpt-4o") is None
-    await store.set_calibration("gpt-4o", 1.0625)
-    await store.learn_window("gpt-4o", 128000)
-    await store.learn_window("gpt-4o", 64000)  # the latest lesson wins
-    assert await store.calibration("gpt-4o") == 1.0625
-    assert await store.learned_window("gpt-4o") == 64000
-    assert await store.calibration("other") is None
+    assert await store.calibration(A, "gpt-4o") is None
+    assert await store.learned_window(A, "gpt-4o") is None
+    await store.set_calibration(A, "gpt-4o", 1.0625, ttl_s=TTL_S)
+    await store.learn_window(A, "gpt-4o", 128000, ttl_s=TTL_S)
+    await store.learn_window(A, "gpt-4o", 64000, ttl_s=TTL_S)  # the latest lesson wins
+    assert await store.calibration(A, "gpt-4o") == 1.0625
+    assert await store.learned_window(A, "gpt-4o") == 64000
+    assert await store.calibration(A, "other") is None
+    # What tenant A's requests taught is A's: B reads nothing, and B's lesson is B's.
+    assert await store.calibration(B, "gpt-4o") is None
+    assert await store.learned_window(B, "gpt-4o") is None
+    await store.learn_window(B, "gpt-4o", 8000, ttl_s=TTL_S)
+    assert await store.learned_window(A, "gpt-4o") == 64000
+    assert await store.learned_window(B, "gpt-4o") == 8000
+
+
+async def test_model_facts_expire_on_their_own_ttl(backend: Backend) -> None:
+    store = backend.store
+    await store.begin_turn(A, "s", model="m", at=time.time())  # a session: TTL_S
+    await store.learn_window(A, "m", 4000, ttl_s=0.3)
+    await store.set_calibration(A, "m", 1.2, ttl_s=0.3)
+    assert await store.learned_window(A, "m") == 4000
+    await backend.wait(0.5)
+    assert await store.learned_window(A, "m") is None
+    assert await store.calibration(A, "m") is None
+    assert await store.load_session(A, "s") is not None  # the session's own TTL goes on
 
 
 # -- expiry: Redis TTLs ----------------------------------------------------------------------
@@ -765,7 +783,7 @@ async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) 
     await store.begin_turn(A, "s", model="m", at=time.time())
     await store.record_compaction(A, "s", record(1))
     await store.archive(A, "s", body)
-    await store.learn_window("m", 1000)
+    await store.learn_window(A, "m", 1000, ttl_s=TTL_S)
     await store.put_summary(A, "s:k", "- a summary")
     ttls = await _pttls(raw)
     untimed = {key for key, ttl in ttls.items() if ttl == -1}

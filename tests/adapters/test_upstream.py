@@ -30,6 +30,12 @@ async def _cookie(request: Request) -> Response:
     return Response(request.headers.get("cookie", ""), headers={"set-cookie": "session=abc"})
 
 
+async def _peer(request: Request) -> Response:
+    """The client's port: a new one means a new connection."""
+    assert request.client is not None
+    return Response(str(request.client.port))
+
+
 async def _stalls(request: Request) -> Response:
     async def body() -> AsyncIterator[bytes]:
         yield b"data: first\n\n"
@@ -46,6 +52,7 @@ async def server_url() -> AsyncIterator[str]:
             Route("/v1/gzip", _gzip),
             Route("/v1/cookie", _cookie),
             Route("/v1/stalls", _stalls),
+            Route("/v1/peer", _peer, methods=["POST"]),
         ]
     )
     async with serve(app) as base_url:
@@ -133,3 +140,25 @@ def test_no_outbound_proxy_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     ):
         monkeypatch.delenv(name, raising=False)
     assert outbound_proxy("https://api.openai.com/v1") is None
+
+
+async def test_an_idle_connection_is_not_reused_past_its_keepalive(server_url: str) -> None:
+    # uvicorn, Node and llama.cpp close idle connections after 5 s; a POST sent on one at that
+    # moment fails and is never resent. Dropping them sooner (here 0.3 s) avoids the race.
+    upstream = Upstream(server_url, timeout_s=2, keepalive_s=0.3)
+    await upstream.open()
+
+    async def port() -> bytes:
+        response = await upstream.send(UpstreamRequest("POST", "peer", "", [], b"{}"))
+        try:
+            return await response.read()
+        finally:
+            response.close()
+
+    try:
+        first = await port()
+        assert await port() == first  # reused while fresh
+        await asyncio.sleep(0.6)
+        assert await port() != first
+    finally:
+        await upstream.aclose()

@@ -25,8 +25,34 @@ def test_useless_samples_change_nothing() -> None:
     assert updated_calibration(None, estimated=1000, reported=0) is None
 
 
-def test_silent_truncation_is_clamped() -> None:
-    assert updated_calibration(None, estimated=100_000, reported=2048) == MIN_FACTOR
+def test_silent_truncation_teaches_nothing() -> None:
+    # Ollama's num_ctx: the provider counted what it kept, not what was sent.
+    assert updated_calibration(None, estimated=100_000, reported=2048) is None
+    assert updated_calibration(1.1, estimated=100_000, reported=2048) == 1.1
+
+
+def test_a_count_many_times_ours_teaches_nothing() -> None:
+    assert updated_calibration(1.0, estimated=1000, reported=50_000) == 1.0
+
+
+def test_the_bounds_themselves_are_plausible() -> None:
+    assert updated_calibration(None, estimated=1000, reported=500) == MIN_FACTOR
+    assert updated_calibration(None, estimated=1000, reported=3000) == MAX_FACTOR
+
+
+@given(
+    st.none() | st.floats(min_value=MIN_FACTOR, max_value=MAX_FACTOR),
+    st.integers(min_value=64, max_value=10**7),
+    st.floats(min_value=0.0, max_value=100.0),
+)
+def test_an_implausible_ratio_changes_nothing(
+    current: float | None, estimated: int, ratio: float
+) -> None:
+    reported = round(estimated * ratio)
+    if MIN_FACTOR <= reported / estimated <= MAX_FACTOR:
+        assert updated_calibration(current, estimated=estimated, reported=reported) is not None
+    else:
+        assert updated_calibration(current, estimated=estimated, reported=reported) == current
 
 
 @given(

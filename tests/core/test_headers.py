@@ -60,3 +60,14 @@ def test_identity_encoding_drops_accept_encoding() -> None:
     headers = [("Accept-Encoding", "gzip, br"), ("x-a", "1")]
     assert upstream_request_headers(headers, api_key=None, identity_encoding=True) == [("x-a", "1")]
     assert upstream_request_headers(headers, api_key=None) == headers
+
+
+def test_upstream_key_also_replaces_a_client_api_key_header() -> None:
+    # Azure-style clients send their key as `api-key`; with the proxy's own key upstream, that
+    # key was for the proxy (`auth.keys`) and must not reach the provider.
+    headers = [("api-key", "sk-client"), ("x-trace", "1")]
+    assert upstream_request_headers(headers, api_key="sk-up") == [
+        ("x-trace", "1"),
+        ("authorization", "Bearer sk-up"),
+    ]
+    assert upstream_request_headers(headers, api_key=None) == headers

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
+import sys
 from collections.abc import Callable
 from decimal import Decimal
 
@@ -11,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.jsoncodec import canonical, dumps, loads
+from proxy.core.jsoncodec import MAX_DEPTH, JSONLimitError, canonical, dumps, loads
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -58,3 +60,46 @@ def test_non_finite_numbers_are_written_back_as_sent(write: Callable[[object], b
 def test_other_values_are_written_as_their_text() -> None:
     assert dumps({"a": Decimal("1.50")}) == b'{"a":"1.50"}'
     assert canonical({"a": Decimal("1.50")}) == b'{"a":"1.50"}'
+
+
+def nested(levels: int, *, as_object: bool = False) -> bytes:
+    if as_object:
+        return b'{"k":' * levels + b'"x"' + b"}" * levels
+    return b"[" * levels + b'"x"' + b"]" * levels
+
+
+@pytest.mark.parametrize("as_object", [False, True])
+@pytest.mark.parametrize("extra", [b"", b"[12345678901234567890123]"])
+def test_nesting_up_to_the_limit_parses_and_writes(as_object: bool, extra: bytes) -> None:
+    # `extra`: an integer past 64 bits sends the value down the standard library's path.
+    raw = (
+        b"[" + extra + (b"," if extra else b"") + nested(MAX_DEPTH - 1, as_object=as_object) + b"]"
+    )
+    value = loads(raw)
+    assert loads(dumps(value)) == value
+    assert canonical(value)
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 600, 1000, 1025, 5000])
+@pytest.mark.parametrize("as_object", [False, True])
+@pytest.mark.parametrize("extra", [b"", b"12345678901234567890123,", b'"\\ud800",'])
+def test_nesting_past_the_limit_is_refused(levels: int, as_object: bool, extra: bytes) -> None:
+    # Past orjson's parser (1,024) the standard library's recursion gives out instead: both
+    # end in the same error, never a RecursionError.
+    raw = b"[" + extra + nested(levels - 1, as_object=as_object) + b"]"
+    with pytest.raises(JSONLimitError, match=f"nested more than {MAX_DEPTH} levels"):
+        loads(raw)
+
+
+def test_an_integer_past_the_interpreters_digit_limit_is_refused() -> None:
+    limit = sys.get_int_max_str_digits()
+    assert loads(b"[" + b"9" * limit + b"]") == [int("9" * limit)]
+    with pytest.raises(JSONLimitError, match=f"more than {limit} digits") as caught:
+        loads(b'{"n": -' + b"9" * (limit + 1) + b"}")
+    assert isinstance(caught.value, json.JSONDecodeError)  # what every caller handles
+    assert str(caught.value) == caught.value.msg
+
+
+def test_limit_error_survives_pickling() -> None:
+    error = JSONLimitError("too deep")
+    assert str(pickle.loads(pickle.dumps(error))) == "too deep"

@@ -60,3 +60,37 @@ def test_rejects_what_we_cannot_read(raw: bytes, param: str | None) -> None:
         parse_chat_request(raw)
     assert caught.value.param == param
     assert caught.value.to_body()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"messages": [], "x": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+        b'{"messages": [{"role": "user", "content": ' + b"[" * 300 + b"]" * 300 + b"}]}",
+        b'{"messages": [], "seed": ' + b"1" * 5000 + b"}",
+    ],
+    ids=["deep_body", "deep_content", "huge_integer"],
+)
+def test_rejects_json_past_the_codecs_limits(raw: bytes) -> None:
+    with pytest.raises(InvalidRequestError, match="beyond what this proxy accepts") as caught:
+        parse_chat_request(raw)
+    assert caught.value.status_code == 400
+
+
+@pytest.mark.parametrize("model", ["\\ud800", "gpt-4o\\udfff", "\\udc00\\ud800"])
+def test_rejects_a_model_with_a_lone_surrogate(model: str) -> None:
+    raw = b'{"model": "' + model.encode() + b'", "messages": []}'
+    with pytest.raises(InvalidRequestError, match="surrogate") as caught:
+        parse_chat_request(raw)
+    assert caught.value.param == "model"
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4o-\\u00e9", "gpt-\\ud83d\\ude42"])
+def test_accepts_a_model_that_is_unicode_text(model: str) -> None:
+    raw = b'{"model": "' + model.encode() + b'", "messages": []}'
+    assert parse_chat_request(raw).model == json.loads(raw)["model"]
+
+
+def test_keeps_lone_surrogates_in_messages_for_the_upstream_to_judge() -> None:
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}'
+    assert parse_chat_request(raw).messages[0]["content"] == "\ud800"

@@ -135,7 +135,8 @@ class Stored:
 
 def read_session(redis_url: str, session: str, sent: list[Message], model: str) -> Stored:
     """The session `session` as stored, read back through the proxy's own store adapter, and
-    its checkpoints straight from Redis by the key schema in `proxy/adapters/store/redis_store.py`."""
+    its checkpoints straight from Redis by the key schema in
+    `proxy/adapters/store/redis_store.py`."""
     return asyncio.run(_read(redis_url, session, sent, model))
 
 
@@ -154,7 +155,7 @@ async def _read(redis_url: str, session: str, sent: list[Message], model: str) -
             archived=await store.archived(tenant, session),
             checkpoint=await store.find_checkpoint(tenant, hashes),
             checkpoints=[Checkpoint.from_json(json.loads(v)) for v in values if v is not None],
-            learned_window=await store.learned_window(model),
+            learned_window=await store.learned_window(tenant, model),
         )
     finally:
         await client.aclose()

@@ -188,7 +188,8 @@ async def test_reported_usage_calibrates_the_estimates() -> None:
             for turns in range(3, 9):
                 body = {"model": "mock-model", "messages": long_chat(turns)}
                 await http.post("http://proxy/v1/chat/completions", json=body, headers=HEADERS)
-            factor = await app.state.service.memory.calibration("mock-model")
+            tenant = tenant_of(HEADERS["authorization"])
+            factor = await app.state.service.memory.calibration(tenant, "mock-model")
     assert factor is not None
     assert 1.15 < factor < 1.3
 

@@ -43,5 +43,7 @@ __all__ = [
 def open_store(settings: RedisSettings) -> Store:
     """The store `settings` describe: the embedded one when mode is single and url empty."""
     if settings.mode == "single" and not settings.url:
-        return MemoryStore(session_ttl_s=settings.session_ttl_s)
+        return MemoryStore(
+            session_ttl_s=settings.session_ttl_s, max_bytes=settings.embedded_max_bytes
+        )
     return RedisStore.connect(settings)

@@ -141,17 +141,22 @@ class Store(Protocol):
     async def release(self, tenant: str, name: str, token: str) -> bool:
         """Free the lock if `token` still holds it; False otherwise."""
 
-    async def calibration(self, model: str) -> float | None:
-        """The model's learned correction factor for token estimates."""
+    async def calibration(self, tenant: str, model: str) -> float | None:
+        """The tenant's learned correction factor for the model's token estimates."""
 
-    async def set_calibration(self, model: str, factor: float) -> None:
-        """Share the model's correction factor with every replica."""
+    async def set_calibration(
+        self, tenant: str, model: str, factor: float, *, ttl_s: float
+    ) -> None:
+        """Share the tenant's correction factor for the model with every replica, for
+        `ttl_s` seconds (each write restarts it)."""
 
-    async def learned_window(self, model: str) -> int | None:
-        """The context window an overflow error taught for the model."""
+    async def learned_window(self, tenant: str, model: str) -> int | None:
+        """The context window an overflow error of the tenant's taught for the model."""
 
-    async def learn_window(self, model: str, window: int) -> None:
-        """Share the model's context window (the latest lesson wins)."""
+    async def learn_window(self, tenant: str, model: str, window: int, *, ttl_s: float) -> None:
+        """Share the tenant's window for the model (the latest lesson wins) for `ttl_s`
+        seconds: facts a provider's answers taught are scoped to the tenant whose request
+        produced them, and age out on their own clock, not the session's."""
 
 
 def content_hashes(messages: Sequence[Message], hashes: Sequence[str] | None) -> tuple[str, ...]:

@@ -2,9 +2,22 @@
 
 It has the same semantics as the Redis store, with an injectable clock for
 expiry. Expired entries are dropped when read and by a sweep of at most a few entries per
-write. Its memory is bounded by entry counts, least recently written evicted first:
-`max_sessions` (10,000), `max_checkpoints` (2,000), `max_messages` (50,000), locks
-(10,000) and model facts (1,000 models each).
+write. Its memory is bounded twice:
+
+- in bytes, `max_bytes` (256 MiB) for sessions, checkpoints, prepared summaries and archived
+  messages together: past it the least recently written session goes (with the archived
+  messages no other session of its tenant holds), or the checkpoint or summary written
+  longest ago if that is older; a session alone larger than the bound loses its oldest
+  messages. Each entry's size is counted when it is written (`sys.getsizeof` of the JSON
+  text it is kept as, plus an estimate of the bookkeeping around it), so the accounting is
+  O(1) per entry and the bound holds to within a few per cent;
+- in entries, least recently written evicted first: `max_sessions` (10,000),
+  `max_checkpoints` (2,000), `max_messages` (50,000), locks (10,000) and model facts
+  (1,000 models each).
+
+Archived messages are shared by the sessions of a tenant (content-addressed, like in Redis)
+and counted: a message goes when the last session whose history holds it is deleted,
+evicted or expires, so deleting sessions gives their memory back.
 """
 
 from __future__ import annotations
@@ -12,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,30 +58,47 @@ class _Expiring(Generic[_K, _V]):
     """A bounded map of expiring entries; the least recently written is evicted first.
 
     A write moves its entry to the end, so where every entry has the same TTL the order is
-    also expiry order, and a sweep from the front can stop at the first live entry.
+    also expiry order, and a sweep from the front can stop at the first live entry. With
+    `size`, `bytes` is the sum of the entries' sizes; `on_drop` hears of every entry that
+    leaves (expired, evicted, popped), not of one a write replaces.
     """
 
-    def __init__(self, clock: Callable[[], float], *, ttl_s: float, max_entries: int) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        ttl_s: float,
+        max_entries: int,
+        size: Callable[[_V], int] | None = None,
+        on_drop: Callable[[_K, _V], None] | None = None,
+    ) -> None:
         self._clock = clock
         self._ttl_s = ttl_s
         self._max = max_entries
+        self._size = size or _no_size
+        self._on_drop = on_drop
         self._entries: OrderedDict[_K, tuple[float, _V]] = OrderedDict()
+        self.bytes = 0
 
     def get(self, key: _K) -> _V | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
         if entry[0] <= self._clock():
-            del self._entries[key]
+            self._drop(key)
             return None
         return entry[1]
 
     def put(self, key: _K, value: _V, *, ttl_s: float | None = None) -> None:
         expires = self._clock() + (self._ttl_s if ttl_s is None else ttl_s)
+        replaced = self._entries.get(key)
+        if replaced is not None:
+            self.bytes -= self._size(replaced[1])
         self._entries[key] = (expires, value)
+        self.bytes += self._size(value)
         self._entries.move_to_end(key)
         while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+            self._drop(next(iter(self._entries)))
 
     def touch(self, key: _K) -> None:
         value = self.get(key)
@@ -84,19 +115,31 @@ class _Expiring(Generic[_K, _V]):
             if entry is None:
                 continue
             if entry[0] <= now:
-                del entries[key]
+                self._drop(key)
                 continue
             entries[key] = (expires, entry[1])
             entries.move_to_end(key)
 
     def pop(self, key: _K) -> _V | None:
         value = self.get(key)
-        self._entries.pop(key, None)
+        if value is not None:
+            self._drop(key)
         return value
+
+    def discard(self, key: _K) -> None:
+        """Drop `key` if it is held, live or not."""
+        if key in self._entries:
+            self._drop(key)
 
     def live(self) -> Iterator[tuple[_K, _V]]:
         now = self._clock()
         return ((key, value) for key, (expires, value) in self._entries.items() if expires > now)
+
+    def oldest(self) -> tuple[float, _K] | None:
+        """The least recently written entry as (expiry, key), or None when empty."""
+        for key, (expires, _value) in self._entries.items():
+            return expires, key
+        return None
 
     def sweep(self, limit: int = _SWEEP) -> None:
         now = self._clock()
@@ -104,7 +147,17 @@ class _Expiring(Generic[_K, _V]):
             key, (expires, _value) = next(iter(self._entries.items()))
             if expires > now:
                 return
-            del self._entries[key]
+            self._drop(key)
+
+    def _drop(self, key: _K) -> None:
+        _expires, value = self._entries.pop(key)
+        self.bytes -= self._size(value)
+        if self._on_drop is not None:
+            self._on_drop(key, value)
+
+
+def _no_size(_value: object) -> int:
+    return 0
 
 
 _Key = tuple[str, str]
@@ -122,12 +175,45 @@ class _Session:
     request: str | None = None
 
 
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+# What an entry costs on top of its text, estimated from tracemalloc's count (the test of
+# the byte bound checks the estimate): the dict slot, the (tenant, name) key and its two
+# strings, the (expiry, value) pair.
+_ENTRY_BYTES = 320
+_HASH_BYTES = 120
+"""One content hash of a session's sequence, with its count in the tenant's references."""
+_POINT_BYTES = 200
+"""One `TurnPoint` of a session's timeline."""
+_RECORD_BYTES = 150
+"""One `CompactionRecord` of a session's history."""
+_STATE_BYTES = 500
+"""A `SessionState` with its last usage and context report."""
+
+
+def _text_size(text: str) -> int:
+    return _ENTRY_BYTES + sys.getsizeof(text)
+
+
+def _session_size(session: _Session) -> int:
+    history = len(session.state.history) if session.state is not None else 0
+    return (
+        _ENTRY_BYTES
+        + _STATE_BYTES
+        + sys.getsizeof(session.request or "")
+        + _HASH_BYTES * len(session.seq)
+        + _POINT_BYTES * len(session.timeline)
+        + _RECORD_BYTES * history
+    )
+
+
 class MemoryStore:
     """The embedded store: lives in this process, gone when it exits.
 
     Checkpoints and messages are kept as the JSON text Redis would hold, so both stores
     hand out fresh objects and accept the same values. `clock` (seconds, monotonic) drives
-    expiry only; `at` arguments are just data here.
+    expiry only; `at` arguments are just data here. `max_bytes` bounds the memory held (see
+    the module docstring).
     """
 
     def __init__(
@@ -138,20 +224,87 @@ class MemoryStore:
         max_sessions: int = 10_000,
         max_checkpoints: int = 2_000,
         max_messages: int = 50_000,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         ttl = session_ttl_s
-        self._checkpoints = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_checkpoints)
-        self._sessions = _Expiring[_Key, _Session](clock, ttl_s=ttl, max_entries=max_sessions)
-        self._messages = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_messages)
+        self._max_bytes = max_bytes
+        # How many times each archived message occurs in the sequences of its tenant's
+        # sessions: at zero it is dropped.
+        self._references: dict[_Key, int] = {}
+        self._checkpoints = _Expiring[_Key, str](
+            clock, ttl_s=ttl, max_entries=max_checkpoints, size=_text_size
+        )
+        self._sessions = _Expiring[_Key, _Session](
+            clock,
+            ttl_s=ttl,
+            max_entries=max_sessions,
+            size=_session_size,
+            on_drop=self._session_dropped,
+        )
+        self._messages = _Expiring[_Key, str](
+            clock, ttl_s=ttl, max_entries=max_messages, size=_text_size
+        )
         self._locks = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=10_000)
-        self._summaries = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=max_checkpoints)
-        self._calibrations = _Expiring[str, float](clock, ttl_s=ttl, max_entries=1_000)
-        self._windows = _Expiring[str, int](clock, ttl_s=ttl, max_entries=1_000)
+        self._summaries = _Expiring[_Key, str](
+            clock, ttl_s=ttl, max_entries=max_checkpoints, size=_text_size
+        )
+        self._calibrations = _Expiring[_Key, float](clock, ttl_s=ttl, max_entries=1_000)
+        self._windows = _Expiring[_Key, int](clock, ttl_s=ttl, max_entries=1_000)
         self._clock = clock
         # How stale the archived messages' expiry may get before a request moves it: a long
         # history is then not walked on every request, and its messages outlive their
         # session's last request by at least nine tenths of the TTL.
         self._refresh_every_s = ttl / 10
+
+    @property
+    def bytes_held(self) -> int:
+        """The estimated bytes of sessions, checkpoints, summaries and archived messages."""
+        return sum(table.bytes for table in self._bounded())
+
+    def _bounded(self) -> tuple[_Expiring[_Key, Any], ...]:
+        return (self._sessions, self._checkpoints, self._summaries, self._messages)
+
+    def _shrink(self, keep: _Key | None = None) -> None:
+        """Evict the least recently written entries until `max_bytes` holds again.
+
+        Sessions (but `keep`, the one being written), checkpoints and summaries go in the
+        order they were written (they share the TTL, so expiry is that order); archived
+        messages go with their last session, or oldest first once only `keep` is left.
+        """
+        while self.bytes_held > self._max_bytes:
+            candidates = [
+                (found, table)
+                for table in (self._sessions, self._checkpoints, self._summaries)
+                if (found := table.oldest()) is not None and found[1] != keep
+            ]
+            if candidates:
+                (_expires, key), table = min(candidates, key=lambda pair: pair[0][0])
+                table.discard(key)
+            elif (message := self._messages.oldest()) is not None:
+                self._messages.discard(message[1])
+            else:
+                return
+
+    def _hold(self, tenant: str, digests: Sequence[str]) -> None:
+        references = self._references
+        for digest in digests:
+            key = (tenant, digest)
+            references[key] = references.get(key, 0) + 1
+
+    def _let_go(self, tenant: str, digests: Sequence[str]) -> None:
+        """Count `digests` out of the tenant's sequences; drop the messages none holds."""
+        references = self._references
+        for digest in digests:
+            key = (tenant, digest)
+            left = references.get(key, 0) - 1
+            if left > 0:
+                references[key] = left
+            else:
+                references.pop(key, None)
+                self._messages.discard(key)
+
+    def _session_dropped(self, key: _Key, session: _Session) -> None:
+        self._let_go(key[0], session.seq)
 
     async def ping(self) -> None:
         return None
@@ -185,6 +338,7 @@ class MemoryStore:
             self._checkpoints.touch(key)
             return Checkpoint.from_json(json.loads(existing))
         self._checkpoints.put(key, json.dumps(checkpoint.to_json()))
+        self._shrink()
         return checkpoint
 
     async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
@@ -199,6 +353,7 @@ class MemoryStore:
         session = self._sessions.get(key) or _Session()
         state = change(session.state or SessionState())
         self._sessions.put(key, replace(session, state=state))
+        self._shrink(key)
         return state
 
     async def begin_turn(
@@ -258,6 +413,7 @@ class MemoryStore:
         timeline = (*session.timeline, point)[-TIMELINE_LIMIT:]
         text = session.request if request is None else json.dumps(dict(request))
         self._sessions.put(key, replace(session, timeline=timeline, request=text))
+        self._shrink(key)
 
     async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
         session = self._sessions.get((tenant, session_id))
@@ -305,6 +461,9 @@ class MemoryStore:
         key = (tenant, session_id)
         session = self._sessions.get(key) or _Session()
         known = common_prefix(session.seq, seq)
+        # Counted in before the old tail is counted out, so a message both hold stays.
+        self._hold(tenant, seq[known:])
+        self._let_go(tenant, session.seq[known:])
         now, refreshed = self._clock(), session.refreshed
         # The bodies the sequence had already are stored: only their expiry moves, and not
         # on every request.
@@ -317,6 +476,7 @@ class MemoryStore:
             else:
                 self._messages.touch((tenant, digest))
         self._sessions.put(key, replace(session, seq=seq, refreshed=refreshed))
+        self._shrink(key)
 
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         session = self._sessions.get((tenant, session_id))
@@ -326,6 +486,7 @@ class MemoryStore:
     async def put_summary(self, tenant: str, key: str, text: str) -> None:
         self._sweep()
         self._summaries.put((tenant, key), text)
+        self._shrink()
 
     async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
         return {key: text for key in keys if (text := self._summaries.get((tenant, key)))}
@@ -344,14 +505,16 @@ class MemoryStore:
         self._locks.pop((tenant, name))
         return True
 
-    async def calibration(self, model: str) -> float | None:
-        return self._calibrations.get(model)
+    async def calibration(self, tenant: str, model: str) -> float | None:
+        return self._calibrations.get((tenant, model))
 
-    async def set_calibration(self, model: str, factor: float) -> None:
-        self._calibrations.put(model, factor)
+    async def set_calibration(
+        self, tenant: str, model: str, factor: float, *, ttl_s: float
+    ) -> None:
+        self._calibrations.put((tenant, model), factor, ttl_s=ttl_s)
 
-    async def learned_window(self, model: str) -> int | None:
-        return self._windows.get(model)
+    async def learned_window(self, tenant: str, model: str) -> int | None:
+        return self._windows.get((tenant, model))
 
-    async def learn_window(self, model: str, window: int) -> None:
-        self._windows.put(model, window)
+    async def learn_window(self, tenant: str, model: str, window: int, *, ttl_s: float) -> None:
+        self._windows.put((tenant, model), window, ttl_s=ttl_s)
