@@ -28,6 +28,7 @@ from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_
 from proxy.core.request import ChatRequest, parse_chat_request
 from proxy.core.summary import completion_text
 from proxy.core.tokens import TokenCounter
+from proxy.core.urls import redact, split_credentials
 from proxy.core.windows import Window, decide_window, needs_detection, window_in
 from proxy.errors import InvalidRequestError
 from proxy.settings import Settings
@@ -168,18 +169,23 @@ def _summarized(
 
 
 def _call_summarizer(base_url: str, body: dict[str, Any], settings: Settings) -> str:
+    # As `serve` does: credentials in the URL go as Basic auth, and are never shown.
+    stripped, credentials = split_credentials(base_url.rstrip("/"))
     key = settings.upstream.api_key
     token = key.get_secret_value() if key else os.environ.get("OPENAI_API_KEY")
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    url = base_url.rstrip("/") + "/chat/completions"
+    if credentials is not None:
+        headers = {"authorization": credentials.basic()}
+    url = stripped + "/chat/completions"
+    shown = redact(base_url.rstrip("/")) + "/chat/completions"
     try:
         response = httpx.post(url, json=body, headers=headers, timeout=settings.upstream.timeout_s)
         response.raise_for_status()
         summary = completion_text(response.json())
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        raise DryRunError(f"the summarizer at {url} failed ({exc})") from exc
+        raise DryRunError(f"the summarizer at {shown} failed ({redact(str(exc))})") from exc
     if summary is None:
-        raise DryRunError(f"the summarizer at {url} returned no text")
+        raise DryRunError(f"the summarizer at {shown} returned no text")
     return summary
 
 

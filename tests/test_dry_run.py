@@ -129,6 +129,22 @@ def test_summarizer_failure_truncates(
     assert "failed" in out
 
 
+def test_summarizer_credentials_in_its_url_go_as_basic_auth_and_are_never_shown(
+    request_file: Path, capsys: pytest.CaptureFixture[str], summarizer: tuple[MockUpstream, str]
+) -> None:
+    upstream, url = summarizer
+    with_secret = url.replace("http://", "http://brain:s3cret@")
+    args = (str(request_file), "--context-window", "32000", "--strategy", "summarize")
+    code, out, _ = inspect(capsys, *args, "--summary-url", with_secret, "--json")
+    assert code == 0
+    assert ("authorization", "Basic YnJhaW46czNjcmV0") in upstream.last.headers
+    dead = f"http://brain:s3cret@127.0.0.1:{free_port()}/v1"
+    code, out, err = inspect(capsys, *args, "--summary-url", dead)
+    assert "failed" in out
+    assert "brain:***@" in out
+    assert "s3cret" not in out + err
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [(None, "cannot read"), ("{]", "is not a chat completion request")],
