@@ -291,6 +291,7 @@ class ProxyService:
         """Let background work finish; summaries being prepared are abandoned."""
         await self._compactor.preparer.aclose()
         await self.settle()
+        await self.memory.aclose()
 
 
 def _cannot_fit(turn: Turn, outcome: Outcome) -> ContextLengthExceededError:

@@ -16,6 +16,7 @@ call served around the store is counted (`store_errors`), and every write among 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -62,6 +63,7 @@ class Memory:
         self._probe_interval_s = probe_interval_s
         self._probe_at = 0.0
         self._probe: asyncio.Task[None] | None = None
+        self._closed = False
         self._facts: dict[tuple[str, str, str], tuple[float, float | None]] = {}
 
     async def _try(self, call: Awaitable[_T], default: _T, *, write: bool = False) -> _T:
@@ -110,10 +112,20 @@ class Memory:
     def _start_probe(self) -> None:
         """A PING in the background, unless one runs or the last was under an interval ago."""
         now = time.monotonic()
-        if self._probe is not None or now < self._probe_at:
+        if self._closed or self._probe is not None or now < self._probe_at:
             return
         self._probe_at = now + self._probe_interval_s
         self._probe = asyncio.create_task(self._ping())
+
+    async def aclose(self) -> None:
+        """Stop probing: a PING still in flight is cancelled, and none starts after this,
+        so no connection outlives the store's own `aclose`."""
+        self._closed = True
+        probe = self._probe
+        if probe is not None:
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
 
     async def _ping(self) -> None:
         try:
