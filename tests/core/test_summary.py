@@ -8,6 +8,7 @@ from proxy.core.summary import (
     SUMMARY_PREFIX,
     completion_text,
     detach_note,
+    detach_notes,
     is_summary,
     marker,
     note_of,
@@ -119,3 +120,13 @@ def test_a_note_opening_a_multimodal_message_comes_out_again() -> None:
     assert note_of(opened) is None
     plain = {**message, "content": [{"type": "text", "text": "hi"}, *message["content"]]}
     assert detach_note(plain) == (plain, None)
+
+
+def test_a_note_right_after_an_opening_note_is_detached_too() -> None:
+    # The end-of-message note is found by jumping between paragraph breaks; one that follows
+    # the opening note directly starts the rest, with no break before it.
+    first, second = marker(3), marker(5)
+    message = {"role": "user", "content": opening_note(first) + "\n\n" + second}
+    restored, notes = detach_notes(message)
+    assert notes == [first, second]
+    assert restored["content"] == ""
