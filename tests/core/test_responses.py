@@ -1,0 +1,504 @@
+"""Responses API input items as chat messages and back: lossless, and cut only between turns."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.messages import Message, text
+from proxy.core.responses import ATTACHED, ITEMS, to_items, to_messages
+from proxy.core.splice import merge_text, splice
+from proxy.core.tokens import ApproximateEncoder, TokenCounter
+from proxy.core.tool_results import clear
+from proxy.core.units import UnitKind, group_units, is_well_formed
+
+Item = dict[str, Any]
+_ids = itertools.count()
+
+
+def msg(role: str, content: Any = "hi", **extra: Any) -> Item:
+    return {"role": role, "content": content, **extra}
+
+
+def said(words: str, item_id: str = "msg_1") -> Item:
+    part = {"type": "output_text", "text": words, "annotations": []}
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": [part],
+    }
+
+
+def call(call_id: str, name: str = "search") -> Item:
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": "{}",
+    }
+
+
+def output(call_id: str, out: Any = "result") -> Item:
+    return {"type": "function_call_output", "call_id": call_id, "output": out}
+
+
+def custom_call(call_id: str) -> Item:
+    return {"type": "custom_tool_call", "call_id": call_id, "name": "patch", "input": "*** Begin"}
+
+
+def custom_output(call_id: str) -> Item:
+    return {"type": "custom_tool_call_output", "call_id": call_id, "output": "done"}
+
+
+def reasoning(n: int = 0) -> Item:
+    return {
+        "type": "reasoning",
+        "id": f"rs_{n}",
+        "summary": [],
+        "encrypted_content": "gAAAA" + "x" * n,
+    }
+
+
+def web_search(n: int = 0) -> Item:
+    return {"type": "web_search_call", "id": f"ws_{n}", "status": "completed"}
+
+
+def groups(items: list[Any]) -> list[list[Any]]:
+    return [message[ITEMS] for message in to_messages(items)]
+
+
+def without_items(message: Message) -> Message:
+    return {k: v for k, v in message.items() if k != ITEMS}
+
+
+# Translation
+
+
+def test_string_input_is_one_user_message() -> None:
+    messages = to_messages("hello")
+    assert [without_items(m) for m in messages] == [{"role": "user", "content": "hello"}]
+    assert to_items(messages) == [{"role": "user", "content": "hello"}]
+
+
+def test_message_parts_become_chat_parts_the_counter_prices() -> None:
+    parts = [
+        {"type": "input_text", "text": "look"},
+        {"type": "input_image", "image_url": "https://x/cat.png", "detail": "low"},
+        {"type": "input_file", "file_id": "file_1"},
+        {"type": "refusal", "refusal": "no"},
+        "odd",
+    ]
+    [message] = to_messages([{"type": "message", "role": "user", "content": parts}])
+    assert message["content"] == [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "https://x/cat.png", "detail": "low"}},
+        {"type": "file", "file": {"file_id": "file_1"}},
+        {"type": "refusal", "refusal": "no"},
+        "odd",
+    ]
+    assert text(message) == "look"
+
+
+def test_a_turn_of_parallel_calls_is_one_tool_exchange() -> None:
+    items = [
+        msg("developer"),
+        msg("user"),
+        reasoning(),
+        call("a"),
+        call("b"),
+        output("b"),
+        output("a"),
+        said("ok"),
+    ]
+    messages = to_messages(items)
+    assert without_items(messages[2]) == {
+        "role": "assistant",
+        "content": [{"type": ATTACHED, "item": reasoning()}],
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "search", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "search", "arguments": "{}"}},
+        ],
+    }
+    assert without_items(messages[3]) == {"role": "tool", "tool_call_id": "b", "content": "result"}
+    assert [(u.kind, len(u)) for u in group_units(messages)] == [
+        (UnitKind.INSTRUCTION, 1),
+        (UnitKind.USER, 1),
+        (UnitKind.TOOL_EXCHANGE, 3),
+        (UnitKind.ASSISTANT, 1),
+    ]
+    assert to_items(messages) == items
+
+
+def test_assistant_text_and_calls_of_one_turn_share_a_message() -> None:
+    # The provider wants a turn's items with the reasoning item that preceded them.
+    items = [msg("user"), reasoning(1), said("let me look"), reasoning(2), call("a"), output("a")]
+    assert groups(items) == [[items[0]], items[1:5], [items[5]]]
+    assert to_messages(items)[1]["content"][0] == {"type": "text", "text": "let me look"}
+
+
+def test_custom_tool_calls_pair_like_function_calls() -> None:
+    items = [msg("user"), custom_call("c"), custom_output("c")]
+    messages = to_messages(items)
+    assert messages[1]["tool_calls"] == [
+        {"id": "c", "type": "custom", "custom": {"name": "patch", "input": "*** Begin"}}
+    ]
+    assert messages[2]["tool_call_id"] == "c"
+    assert is_well_formed(group_units(messages))
+
+
+def test_output_as_parts_is_tool_content() -> None:
+    out = [{"type": "input_text", "text": "seen"}, {"type": "input_image", "file_id": "f"}]
+    messages = to_messages([msg("user"), call("a"), output("a", out)])
+    assert text(messages[2]) == "seen"
+    assert messages[2]["content"][1]["type"] == "image_url"
+
+
+def test_opaque_items_join_the_group_before_them() -> None:
+    computer = {"type": "computer_call", "call_id": "k", "action": {"type": "click"}}
+    computer_out = {"type": "computer_call_output", "call_id": "k", "output": {"type": "x"}}
+    items = [
+        msg("user"),
+        computer,
+        computer_out,
+        {"type": "item_reference", "id": "r"},
+        said("done"),
+    ]
+    assert groups(items) == [items[:4], [items[4]]]
+
+
+def test_opaque_items_join_the_group_after_them_at_the_start_or_after_reasoning() -> None:
+    items = [web_search(1), msg("user"), reasoning(), web_search(2), said("found")]
+    assert groups(items) == [items[:2], items[2:]]
+
+
+def test_trailing_reasoning_stays_with_the_group_before_it() -> None:
+    items = [msg("user"), reasoning()]
+    assert groups(items) == [items]
+
+
+def test_input_of_only_reasoning_is_a_stray_never_compacted() -> None:
+    items = [reasoning(), web_search()]
+    messages = to_messages(items)
+    assert "role" not in messages[0]
+    assert group_units(messages)[0].kind is UnitKind.STRAY
+    assert to_items(messages) == items
+
+
+def test_non_dict_and_roleless_items_are_opaque() -> None:
+    items: list[Any] = [msg("user"), 42, {"content": "no role"}, {"type": "mystery"}]
+    assert groups(items) == [items]
+    assert to_items(to_messages(items)) == items
+
+
+def test_attached_items_are_counted_and_the_private_key_is_not() -> None:
+    counter = TokenCounter(ApproximateEncoder(), cache_size=0)
+    plain, with_reasoning = (
+        to_messages([msg("user", "same words")]),
+        to_messages([reasoning(400), msg("user", "same words")]),
+    )
+    assert counter.message(plain[0]) == counter.message(without_items(plain[0]))
+    assert counter.message(with_reasoning[0]) > counter.message(plain[0]) + 100
+    assert text(with_reasoning[0]) == "same words"
+
+
+# Messages the core changed or made
+
+
+def test_trimmed_tool_result_becomes_the_new_output_and_keeps_its_neighbours() -> None:
+    items = [msg("user"), call("a"), reasoning(), output("a", "huge " * 50), web_search()]
+    messages = to_messages(items)
+    messages[2] = clear(messages[2], "search", 500)
+    back = to_items(messages)
+    assert back[:3] == items[:3]
+    assert back[3] == {**items[3], "output": messages[2]["content"]}
+    assert back[4] is items[4]
+
+
+def test_cleared_output_given_as_parts_keeps_unchanged_parts() -> None:
+    keep = {"type": "input_image", "image_url": "https://x/a.png", "detail": "high"}
+    messages = to_messages(
+        [msg("user"), call("a"), output("a", [{"type": "input_text", "text": "t"}, keep])]
+    )
+    messages[2] = {
+        **messages[2],
+        "content": [{"type": "text", "text": "short"}, messages[2]["content"][1]],
+    }
+    assert to_items(messages)[2]["output"] == [{"type": "input_text", "text": "short"}, keep]
+
+
+def test_summary_note_spliced_in_becomes_a_message_item() -> None:
+    items = [
+        msg("system"),
+        msg("user", "task"),
+        said("a1"),
+        msg("user", "q"),
+        said("a2"),
+        msg("user", "r"),
+    ]
+    spliced = splice(to_messages(items), 2, 5, "[summary: done]")
+    back = to_items(spliced.messages)
+    assert back == [
+        items[0],
+        items[1],
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "[summary: done]", "annotations": []}],
+        },
+        items[5],
+    ]
+
+
+def test_note_merged_into_a_string_message_keeps_it_a_string() -> None:
+    [message] = to_messages([msg("user", "task")])
+    [item] = to_items([merge_text(message, "[note]", first=True)])
+    assert item == {"role": "user", "content": "[note]\n\ntask"}
+
+
+def test_note_merged_into_a_message_with_attachments_becomes_parts() -> None:
+    items = [reasoning(), msg("user", "task")]
+    [message] = to_messages(items)
+    back = to_items([merge_text(message, "[note]", first=True)])
+    assert back == [
+        items[0],
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "[note]"},
+                {"type": "input_text", "text": "task"},
+            ],
+        },
+    ]
+
+
+def test_changed_assistant_turn_puts_its_text_on_the_first_message_item() -> None:
+    items = [msg("user"), said("one", "m1"), said("two", "m2"), call("a"), output("a")]
+    messages = to_messages(items)
+    messages[1] = merge_text(messages[1], "[note]", first=False)
+    back = to_items(messages)
+    texts = [part["text"] for part in back[1]["content"]]
+    assert texts == ["one", "two", "[note]"]
+    assert back[1]["id"] == "m1"
+    assert back[2:] == items[3:]
+
+
+def test_text_added_to_a_calls_only_turn_gets_a_message_item_before_the_calls() -> None:
+    items = [msg("user"), reasoning(), call("a"), output("a")]
+    messages = to_messages(items)
+    messages[1] = merge_text(messages[1], "[note]", first=False)
+    back = to_items(messages)
+    assert back[1] is items[1]
+    assert back[2] == {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "[note]", "annotations": []}],
+    }
+    assert back[3:] == items[2:]
+
+
+def test_changed_calls_only_turn_without_text_keeps_its_items() -> None:
+    items = [msg("user"), call("a"), output("a")]
+    messages = to_messages(items)
+    messages[1] = {**messages[1], "name": "changed"}
+    assert to_items(messages) == items
+
+
+def test_core_made_messages_become_items() -> None:
+    made: list[Message] = [
+        {"role": "developer", "content": "[marker]"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "x"},
+                {"type": "image_url", "image_url": {"url": "u"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "file", "file": {"file_id": "f"}},
+                {"type": "image_url", "image_url": "u"},
+                7,
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "[cleared]"},
+        {"content": None},
+    ]
+    assert to_items(made) == [
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "[marker]"}],
+        },
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "x"},
+                {"type": "input_image", "image_url": "u", "detail": "auto"},
+            ],
+        },
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_file", "file_id": "f"},
+                {"type": "image_url", "image_url": "u"},
+                7,
+            ],
+        },
+        {"type": "function_call_output", "call_id": "a", "output": "[cleared]"},
+        {"type": "message", "role": "user", "content": []},
+    ]
+
+
+def test_tool_output_of_an_odd_shape_is_given_back() -> None:
+    items = [msg("user"), call("a"), output("a", {"odd": True})]
+    messages = to_messages(items)
+    messages[2] = {**messages[2], "content": [{"type": "text", "text": "new"}]}
+    assert to_items(messages)[2]["output"] == [{"type": "input_text", "text": "new"}]
+    assert to_items(to_messages(items)) == items
+
+
+# Properties
+
+words = st.text(alphabet="abc xyz", max_size=12)
+parts = st.lists(
+    st.one_of(
+        words.map(lambda t: {"type": "input_text", "text": t}),
+        words.map(lambda t: {"type": "output_text", "text": t, "annotations": []}),
+        st.just(
+            {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "auto"}
+        ),
+        st.just({"type": "input_file", "file_id": "file_1"}),
+        st.just({"type": "refusal", "refusal": "no"}),
+    ),
+    max_size=3,
+)
+contents = words | parts
+opaque = st.one_of(
+    st.integers(0, 9).map(web_search),
+    # Built anew each time: the properties follow items by identity.
+    st.builds(lambda: {"type": "item_reference", "id": "ref_1"}),
+    st.builds(lambda: {"type": "mcp_list_tools", "id": "mcpl", "server_label": "s", "tools": []}),
+    st.builds(lambda: {"type": "brand_new_item", "payload": [1, 2]}),
+)
+reasonings = st.integers(0, 40).map(reasoning)
+
+
+@st.composite
+def turn(draw: st.DrawFn) -> list[Any]:
+    """A user message, then the assistant's steps: calls (with outputs), built-in calls, text."""
+    items: list[Any] = [msg(draw(st.sampled_from(["user", "system", "developer"])), draw(contents))]
+    for _ in range(draw(st.integers(0, 3))):
+        items += draw(st.lists(reasonings | opaque, max_size=2))
+        if draw(st.booleans()):
+            items.append({"type": "message", "role": "assistant", "content": draw(contents)})
+        ids = [f"call_{next(_ids)}" for _ in range(draw(st.integers(0, 3)))]
+        made = [draw(st.sampled_from([call, custom_call]))(i) for i in ids]
+        for made_call in made:
+            items += [*draw(st.lists(reasonings, max_size=1)), made_call]
+        answers = [
+            output(c["call_id"]) if c["type"] == "function_call" else custom_output(c["call_id"])
+            for c in made
+        ]
+        items += draw(st.permutations(answers))
+        if draw(st.booleans()):
+            computer = {"type": "computer_call", "call_id": f"k{next(_ids)}", "action": {}}
+            items += [
+                computer,
+                {"type": "computer_call_output", "call_id": computer["call_id"], "output": {}},
+            ]
+    return items
+
+
+conversations = st.lists(turn(), min_size=1, max_size=5).map(
+    lambda turns: [i for t in turns for i in t]
+)
+any_items = st.lists(
+    st.one_of(
+        st.builds(msg, st.sampled_from(["user", "assistant", "system", "developer"]), contents),
+        st.sampled_from(["a", "b"]).map(call),
+        st.sampled_from(["a", "b"]).map(output),
+        st.sampled_from(["a", "b"]).map(custom_call),
+        st.sampled_from(["a", "b"]).map(custom_output),
+        reasonings,
+        opaque,
+        st.integers(),
+    ),
+    max_size=12,
+)
+
+
+@given(any_items | conversations)
+def test_round_trip_is_lossless(items: list[Any]) -> None:
+    back = to_items(to_messages(items))
+    assert back == items
+    assert all(a is b for a, b in zip(back, items, strict=True))
+
+
+def follower(items: list[Any], index: int) -> Any:
+    return items[index + 1] if index + 1 < len(items) else None
+
+
+@given(conversations)
+def test_units_never_split_a_call_from_its_output_nor_reasoning_from_its_follower(
+    items: list[Any],
+) -> None:
+    messages = to_messages(items)
+    units = group_units(messages)
+    assert is_well_formed(units)
+    unit_of: dict[int, int] = {}  # id(item) -> unit index
+    for number, unit in enumerate(units):
+        for index in unit.indices():
+            unit_of.update({id(item): number for item in messages[index][ITEMS]})
+    calls = {
+        item["call_id"]: item
+        for item in items
+        if isinstance(item, dict) and item.get("type") in ("function_call", "custom_tool_call")
+    }
+    for item in items:
+        if isinstance(item, dict) and item.get("type") in (
+            "function_call_output",
+            "custom_tool_call_output",
+        ):
+            assert unit_of[id(item)] == unit_of[id(calls[item["call_id"]])]
+    for index, item in enumerate(items):
+        if (
+            isinstance(item, dict)
+            and item.get("type") == "reasoning"
+            and follower(items, index) is not None
+        ):
+            assert unit_of[id(item)] == unit_of[id(follower(items, index))]
+
+
+@given(conversations, st.data())
+def test_dropping_whole_units_leaves_no_orphan_output_nor_lonely_reasoning(
+    items: list[Any], data: st.DataObject
+) -> None:
+    messages = to_messages(items)
+    units = group_units(messages)
+    kept = data.draw(st.lists(st.booleans(), min_size=len(units), max_size=len(units)))
+    remaining = [
+        messages[i] for unit, keep in zip(units, kept, strict=True) if keep for i in unit.indices()
+    ]
+    back = to_items(remaining)
+    seen_calls: set[str] = set()
+    for index, item in enumerate(back):
+        if isinstance(item, dict) and item.get("type") in ("function_call", "custom_tool_call"):
+            seen_calls.add(item["call_id"])
+        if isinstance(item, dict) and item.get("type") in (
+            "function_call_output",
+            "custom_tool_call_output",
+        ):
+            assert item["call_id"] in seen_calls
+        if isinstance(item, dict) and item.get("type") == "reasoning":
+            # What followed it in the input follows it still (or nothing did).
+            original = next(i for i, x in enumerate(items) if x is item)
+            assert follower(back, index) is follower(items, original)
