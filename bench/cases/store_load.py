@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from redis.asyncio import Redis
 from bench.measures import PROXY
 from bench.processes import Server, free_port, python_module, start
 from bench.stack import proxy_command, proxy_config
+from tests.redis_server import RedisServer
 
 # The size's streams: the full run's 1,000 is the target; smoke only checks the case runs.
 STREAMS = {"default": 1000, "quick": 1000, "smoke": 50}
@@ -47,26 +46,6 @@ class StoreLoadResult:
     seconds: float
     """From the first request sent to the last stream's end."""
     problem: str | None = None
-
-
-def _redis_server(folder: Path) -> subprocess.Popen[bytes]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise FileNotFoundError("redis-server is not installed")
-    socket = folder / "redis.sock"
-    socket.unlink(missing_ok=True)
-    command = [
-        binary, "--port", "0", "--unixsocket", str(socket), "--save", "", "--appendonly", "no",
-        "--dir", str(folder),
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not socket.exists():
-        if time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("redis-server did not start")
-        time.sleep(0.01)
-    return process
 
 
 def _body(index: int) -> bytes:
@@ -157,7 +136,8 @@ async def run_store_load(work: Path, *, streams: int) -> StoreLoadResult:
     folder = work / "store-load"
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        redis = _redis_server(folder)
+        redis = RedisServer(folder)
+        redis.start()
     except (FileNotFoundError, RuntimeError) as exc:
         nan = float("nan")
         return StoreLoadResult(streams, 0, nan, nan, 0, nan, problem=str(exc))
@@ -171,9 +151,8 @@ async def run_store_load(work: Path, *, streams: int) -> StoreLoadResult:
             log=folder / "mock.log",
         )
         servers.append(mock)
-        return await _measure(mock, f"unix://{folder / 'redis.sock'}", folder, streams)
+        return await _measure(mock, redis.url, folder, streams)
     finally:
         for server in servers:
             server.stop()
-        redis.terminate()
-        redis.wait(10)
+        redis.stop()

@@ -4,7 +4,6 @@ app, a mock upstream on a real socket and a private redis-server."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
@@ -44,25 +43,8 @@ def bearer(key: str) -> dict[str, str]:
 KEYS = {f"sha256:{sha256(KEY_A)}": "team-a", KEY_B: "team-b"}
 
 
-async def answering(server: RedisServer) -> RedisServer:
-    """`server` once it answers: its socket file appears a moment before it listens, and a
-    store that finds it refusing serves degraded (no sessions) for a while."""
-    client = redis.Redis(unix_socket_path=str(server.socket))
-    try:
-        for _ in range(200):
-            try:
-                await client.ping()
-                return server
-            except redis.ConnectionError:
-                await asyncio.sleep(0.05)
-    finally:
-        await client.aclose()
-    raise RuntimeError("the test redis-server does not answer")
-
-
 @pytest.fixture
 async def settings(upstream_url: str, redis_server: RedisServer) -> Settings:
-    await answering(redis_server)
     return make_settings(
         upstream_url,
         upstream={"base_url": upstream_url, "api_key": UPSTREAM_KEY},
@@ -130,7 +112,6 @@ async def test_two_keys_are_two_tenants_isolated_in_the_session_api(
 async def test_a_tenants_keys_share_its_sessions(
     upstream_url: str, redis_server: RedisServer
 ) -> None:
-    await answering(redis_server)
     # Two keys for one tenant (a rotation in progress): one tenant's sessions, either key.
     rotated = "sk-team-a-key-rotated-77"
     settings = make_settings(
