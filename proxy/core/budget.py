@@ -25,7 +25,9 @@ from typing import Any
 
 # Newer OpenAI models take `max_completion_tokens`; `max_tokens` is its deprecated older name
 # that other OpenAI-compatible servers still use. A request that sets both means the first.
-_OUTPUT_LIMIT_FIELDS = ("max_completion_tokens", "max_tokens")
+# The Responses API calls it `max_output_tokens` (its requests keep their fields in the chat
+# view the core reads).
+_OUTPUT_LIMIT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
 @dataclass(frozen=True, slots=True)

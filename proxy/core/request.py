@@ -1,4 +1,4 @@
-"""Reading a chat completion request body.
+"""Reading a chat completion or Responses API request body.
 
 The body is parsed once into plain JSON data and kept whole: `ChatRequest.body` is the
 client's dict, unknown and vendor fields included (`top_k`, `reasoning_effort`, `metadata`),
@@ -13,12 +13,22 @@ the client exactly as it would directly.
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsoncodec
+from proxy.core.messages import Message
+from proxy.core.responses import chat_view, responses_body
 from proxy.errors import InvalidRequestError
+
+
+class Api(enum.Enum):
+    """The API a request came in by, which is the API it is forwarded by."""
+
+    CHAT = "chat"
+    RESPONSES = "responses"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +37,8 @@ class ChatRequest:
 
     raw: bytes
     body: dict[str, Any]
+    """The chat completion body (for the Responses API, its chat view)."""
+    api: Api = Api.CHAT
 
     @property
     def model(self) -> str | None:
@@ -43,24 +55,16 @@ class ChatRequest:
         return messages
 
 
+def wire_body(request: ChatRequest, messages: list[Message]) -> dict[str, Any]:
+    """The body to forward, `messages` in place of the request's, in the request's API."""
+    if request.api is Api.RESPONSES:
+        return responses_body(request.body, messages)
+    return {**request.body, "messages": messages}
+
+
 def parse_chat_request(raw: bytes) -> ChatRequest:
     """Parse and minimally validate a chat completion body. Raises `InvalidRequestError`."""
-    try:
-        body = jsoncodec.loads(raw)
-    except jsoncodec.JSONLimitError as exc:
-        raise InvalidRequestError(
-            f"The JSON body of your request is beyond what this proxy accepts: {exc}."
-        ) from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequestError(
-            f"We could not parse the JSON body of your request: {exc}. "
-            "The body must be a JSON object."
-        ) from exc
-    if not isinstance(body, dict):
-        raise InvalidRequestError(
-            f"The request body must be a JSON object, not a JSON {_json_kind(body)}."
-        )
-    _check_model(body.get("model"))
+    body = _json_object(raw)
     messages = body.get("messages")
     if messages is None:
         raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages")
@@ -77,6 +81,45 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
                 param=f"messages[{index}]",
             )
     return ChatRequest(raw=raw, body=body)
+
+
+def parse_responses_request(raw: bytes) -> ChatRequest:
+    """Parse a Responses API body into its chat view. Raises `InvalidRequestError`.
+
+    `input` may be absent (a stored prompt, or history on the provider's side) but must
+    otherwise be a string or an array, as the API says; what the items hold is the
+    provider's to judge (an item the proxy does not know is carried along untouched).
+    """
+    body = _json_object(raw)
+    given = body.get("input")
+    if given is not None and not isinstance(given, str | list):
+        raise InvalidRequestError(
+            "Invalid type for 'input': expected a string or an array of input items, "
+            f"but got a {_json_kind(given)}.",
+            param="input",
+        )
+    return ChatRequest(raw=raw, body=chat_view(body), api=Api.RESPONSES)
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object with a usable `model`, or `InvalidRequestError`."""
+    try:
+        body = jsoncodec.loads(raw)
+    except jsoncodec.JSONLimitError as exc:
+        raise InvalidRequestError(
+            f"The JSON body of your request is beyond what this proxy accepts: {exc}."
+        ) from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(
+            f"We could not parse the JSON body of your request: {exc}. "
+            "The body must be a JSON object."
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequestError(
+            f"The request body must be a JSON object, not a JSON {_json_kind(body)}."
+        )
+    _check_model(body.get("model"))
+    return body
 
 
 def _check_model(model: object) -> None:

@@ -32,6 +32,11 @@ chat equivalent: each is appended to the content as an `ATTACHED` part holding t
 which the counter prices as its compact JSON (an unknown part type). That errs high, above
 all for `encrypted_content`, as the counter prefers; calibration corrects a steady bias.
 
+A request is translated whole by `chat_view`: `instructions` (a string) becomes the leading
+system message, marked `INSTRUCTIONS` ("_instructions"), so that it is counted and kept as
+the fixed head like a chat system prompt; `input` becomes the messages after it; every other
+field stays. `responses_body` is its inverse, for the messages the core decided to forward.
+
 `to_items` gives back a message's original items, the same objects in the same order, when
 the message is what `to_messages` made of them. A message the core changed (a trimmed tool
 result, a merged note) keeps its group's other items and has its message or output item
@@ -41,7 +46,7 @@ rebuilt from the new content; a message the core made (a summary) becomes a mess
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from proxy.core.messages import Message
@@ -50,6 +55,10 @@ ITEMS: Final = "_items"
 """The private key under which a message carries the Responses items it was made from."""
 ATTACHED: Final = "responses_item"
 """The content part type holding a reasoning or opaque item, so that it is counted."""
+INSTRUCTIONS: Final = "_instructions"
+"""The private key marking the system message that stands for `instructions`."""
+SERVER_STATE_FIELDS: Final = ("previous_response_id", "conversation")
+"""Fields that make the provider prepend history the proxy never sees."""
 
 _CALLS: Final = frozenset({"function_call", "custom_tool_call"})
 _OUTPUTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
@@ -75,6 +84,44 @@ def _kind(item: object) -> _Kind:
     if kind in _OUTPUTS:
         return _Kind.OUTPUT
     return _Kind.REASONING if kind == "reasoning" else _Kind.OPAQUE
+
+
+def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat completion body a Responses API body stands for (see the module's doc)."""
+    view = {k: v for k, v in body.items() if k not in ("input", "instructions")}
+    instructions = body.get("instructions")
+    messages: list[Message] = []
+    if isinstance(instructions, str):
+        messages.append({"role": "system", "content": instructions, INSTRUCTIONS: True})
+    elif instructions is not None:
+        view["instructions"] = instructions  # not a string: carried along, never compacted
+    given = body.get("input")
+    if isinstance(given, str | list):
+        messages += to_messages(given)
+    elif given is not None:
+        view["input"] = given
+    view["messages"] = messages
+    return view
+
+
+def responses_body(view: Mapping[str, Any], messages: Sequence[Message]) -> dict[str, Any]:
+    """The Responses API body to send: `view`'s fields with `messages` as `instructions`
+    and `input` (the inverse of `chat_view`)."""
+    body = {k: v for k, v in view.items() if k != "messages"}
+    rest: list[Message] = []
+    for message in messages:
+        if message.get(INSTRUCTIONS) is True and "instructions" not in body:
+            body["instructions"] = message.get("content")
+        else:
+            rest.append(message)
+    body["input"] = to_items(rest)
+    return body
+
+
+def server_state(body: Mapping[str, Any]) -> bool:
+    """Whether the provider holds part of the conversation (`previous_response_id`,
+    `conversation`): the proxy cannot compact what it does not see."""
+    return any(body.get(name) is not None for name in SERVER_STATE_FIELDS)
 
 
 def to_messages(input: str | Sequence[Any]) -> list[Message]:

@@ -1,4 +1,4 @@
-"""Reading a chat completion stream as it is relayed: usage, the extra usage chunk, errors.
+"""Reading a stream as it is relayed: usage, the extra usage chunk, errors.
 
 The proxy needs `usage.prompt_tokens` from every response to calibrate its estimates, so it
 asks streams for usage (`stream_options.include_usage`) when the client did not. That adds
@@ -9,6 +9,11 @@ unconditionally, so when the client did not ask for it the chunk is taken out ag
 events, unchanged, in order (only the one usage chunk may be dropped). An event is complete
 at its blank line; a partial event waits for the rest. JSON is parsed only for the one event
 that can be the usage chunk, so relaying costs a byte search per chunk, not a parse per event.
+
+A Responses API stream (`event:` lines, no `[DONE]`) needs no usage requested: its final
+`response.completed` event carries the response, usage included, and the tap keeps it. Its
+opening events (`response.created`, `response.in_progress`) say nothing about the prompt: an
+overflow comes after them, as `response.failed` or an `error` event (`opening_error`).
 """
 
 from __future__ import annotations
@@ -55,7 +60,13 @@ class StreamTap:
         if b'"usage"' not in event or _NULL_USAGE.search(event):
             return False
         data = event_data(event)
-        if data is None or not isinstance(data.get("usage"), dict):
+        if data is None:
+            return False
+        response = data.get("response")
+        if isinstance(response, dict) and isinstance(response.get("usage"), dict):
+            self.usage = response["usage"]  # a Responses stream's last event: relayed
+            return False
+        if not isinstance(data.get("usage"), dict):
             return False
         self.usage = data["usage"]
         return _EMPTY_CHOICES.search(event) is not None
@@ -73,10 +84,31 @@ def event_data(event: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def first_event(buffer: bytes) -> bytes | None:
-    """The first complete event in `buffer`, or None until one has fully arrived."""
-    end = _EVENT_END.search(buffer)
-    return buffer[: end.end()] if end else None
+# Responses API events that open every stream, before anything about the prompt is known.
+_OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
+_FAILED = frozenset({"error", "response.failed"})
+
+
+def opening_error(buffer: bytes, *, responses: bool) -> bool | None:
+    """Whether a stream opens with an error, once `buffer` holds enough to tell (else None).
+
+    A chat stream tells by its first event: an `error` object instead of a chunk. A
+    Responses stream tells by its first event after the opening ones: `error` or
+    `response.failed`. Either way, nothing has been relayed yet, so an overflow can still
+    be retried.
+    """
+    start = 0
+    for end in _EVENT_END.finditer(buffer):
+        data = event_data(buffer[start : end.end()])
+        start = end.end()
+        if not responses:
+            return data is not None and "error" in data
+        if data is None:
+            continue  # a comment (a keep-alive): no news
+        kind = data.get("type")
+        if kind not in _OPENING:
+            return kind in _FAILED or (kind is None and "error" in data)
+    return None
 
 
 def with_usage_requested(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:

@@ -197,10 +197,11 @@ def render(message: Message) -> str:
     if name == "tool":
         return f"tool result [id {message.get('tool_call_id')}]: {text(message)}"
     lines = [f"{name}: {text(message)}"] if text(message) else []
-    calls = [call.get("function") for call in tool_calls(message)]
+    # Chat's function calls, custom (free-form) calls, and the legacy `function_call`.
+    calls = [call.get("function") or call.get("custom") for call in tool_calls(message)]
     calls.append(message.get("function_call"))
     lines += [
-        f"{name} called {call.get('name')}({call.get('arguments', '')})"
+        f"{name} called {call.get('name')}({call.get('arguments', call.get('input', ''))})"
         for call in calls
         if isinstance(call, dict)
     ]
@@ -224,10 +225,20 @@ def offered_tools(body: Mapping[str, Any]) -> list[str]:
         function = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             names.append(function["name"])
+        elif _flat_tool_name(tool) is not None:
+            names.append(tool["name"])
     for function in body.get("functions") or []:
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             names.append(function["name"])
     return names
+
+
+def _flat_tool_name(tool: object) -> str | None:
+    """A Responses API tool's name: its tools are flat (`{"type": "function", "name"}`)."""
+    if isinstance(tool, dict) and tool.get("type") in ("function", "custom"):
+        name = tool.get("name")
+        return name if isinstance(name, str) else None
+    return None
 
 
 def completion_text(response: Mapping[str, Any]) -> str | None:

@@ -1,11 +1,13 @@
 """The service: the one place where the core's decisions meet the I/O edges.
 
-For a chat completion: load the session's state (checkpoint, turn, calibration, window),
-build the view, count it, run the hooks and compact if the core says so (calling the summary
-brain, storing the new checkpoint), forward, retry once after a fixable overflow, record
-usage and archive the original messages. Every other `/v1/*` request passes through. Each
-chat completion is followed by an `Access` (`access.py`): its timings and outcome go to the
-metrics and to one line of the request log.
+For a chat completion (and a Responses API request, read into the same chat view): load
+the session's state (checkpoint, turn, calibration, window), build the view, count it, run
+the hooks and compact if the core says so (calling the summary brain, storing the new
+checkpoint), forward, retry once after a fixable overflow, record usage and archive the
+original messages. A Responses API request whose history lives on the provider
+(`previous_response_id`, `conversation`) is forwarded untouched, as is every other `/v1/*`
+request. Each compacted request is followed by an `Access` (`access.py`): its timings and
+outcome go to the metrics and to one line of the request log.
 
 It knows nothing of FastAPI: requests come in as `Incoming` values and leave as `Reply`
 values, so the whole path can be driven without an HTTP server. A failure of the proxy's own
@@ -30,7 +32,8 @@ from proxy.core.commands import command_of
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.keys import ClientKeys
 from proxy.core.policy import ModelPolicies
-from proxy.core.request import ChatRequest, parse_chat_request
+from proxy.core.request import Api, ChatRequest, parse_chat_request, parse_responses_request
+from proxy.core.responses import server_state
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ContextLengthExceededError
 from proxy.observability.metrics import Metrics
@@ -134,17 +137,30 @@ class ProxyService:
 
     async def chat_completion(self, incoming: Incoming, raw: bytes) -> Reply:
         """Compact if needed, forward, and relay the answer (streams chunk by chunk)."""
+        return await self._handle(incoming, raw, parse_chat_request)
+
+    async def response(self, incoming: Incoming, raw: bytes) -> Reply:
+        """The same for a Responses API request (`POST /v1/responses`)."""
+        return await self._handle(incoming, raw, parse_responses_request)
+
+    async def _handle(
+        self, incoming: Incoming, raw: bytes, parse: Callable[[bytes], ChatRequest]
+    ) -> Reply:
         access = Access(self.metrics, self._log_content)
         try:
-            reply = await self._chat_completion(incoming, raw, access)
+            reply = await self._compact_and_forward(incoming, parse(raw), access)
         except BaseException as exc:
             access.failed(exc)
             raise
         return access.relay(reply)
 
-    async def _chat_completion(self, incoming: Incoming, raw: bytes, access: Access) -> Reply:
-        request = access.request = parse_chat_request(raw)
-        if self._commands is not None:
+    async def _compact_and_forward(
+        self, incoming: Incoming, request: ChatRequest, access: Access
+    ) -> Reply:
+        access.request = request
+        if request.api is Api.RESPONSES and server_state(request.body):
+            return await self._server_state(incoming, request, access)
+        if self._commands is not None and request.api is Api.CHAT:
             command = command_of(request.messages)
             if command is not None:
                 access.action = "command"
@@ -163,6 +179,16 @@ class ProxyService:
         reply = await self._chat.forward(turn, outcome, access)
         reply = self._then(reply, lambda: self._after(turn, outcome))
         return reply.with_headers(_compaction_headers(turn, outcome))
+
+    async def _server_state(
+        self, incoming: Incoming, request: ChatRequest, access: Access
+    ) -> Reply:
+        """Forward untouched a request whose history the provider keeps: compacting its
+        new items alone would gain nothing and could break the stored turn they continue."""
+        self.tenant_of(credentials_of(incoming))
+        access.action = "server_state"
+        reply = await self._untouched(incoming, request, access)
+        return reply.with_headers([("x-compaction-applied", "server_state")])
 
     async def _after(self, turn: Turn, outcome: Outcome) -> None:
         await self._archive(turn)
@@ -305,7 +331,7 @@ def _cannot_fit(turn: Turn, outcome: Outcome) -> ContextLengthExceededError:
         f"messages resulted in about {budget.estimate(outcome.tokens_after)} tokens even after "
         f"compaction-proxy compacted everything it could{asked} ({room} tokens are left for "
         "the prompt). Please reduce the length of the messages, the tools or the instructions.",
-        param="messages",
+        param="input" if turn.request.api is Api.RESPONSES else "messages",
     )
 
 

@@ -33,7 +33,8 @@ from proxy.core.lessons import window_lesson
 from proxy.core.messages import Message
 from proxy.core.overflow import Verdict, classify
 from proxy.core.plan import Compacted, Situation, plan_emergency
-from proxy.core.sse import StreamTap, event_data, first_event, with_usage_requested
+from proxy.core.request import Api, ChatRequest, wire_body
+from proxy.core.sse import StreamTap, opening_error, with_usage_requested
 from proxy.errors import UpstreamError
 from proxy.observability.metrics import Metrics
 from proxy.service.access import Access
@@ -111,9 +112,9 @@ class ChatForwarder:
         self, turn: Turn, messages: list[Message], estimate: int, access: Access
     ) -> _Sent:
         request = turn.request
-        body: dict[str, Any] = {**request.body, "messages": messages}
+        body = wire_body(request, messages)
         usage_added = False
-        if request.stream:
+        if request.stream and request.api is Api.CHAT:
             body, usage_added = with_usage_requested(body)
         unchanged = messages == request.messages and not usage_added
         # Unchanged: the client's own bytes. Changed: one deterministic serialization, so a
@@ -128,7 +129,7 @@ class ChatForwarder:
             )
         )
         sent = _Sent(response, estimate, usage_added)
-        await access.body(_peek(sent, stream=request.stream))
+        await access.body(_peek(sent, request))
         return sent
 
     def _verdict(self, turn: Turn, sent: _Sent) -> Verdict | None:
@@ -226,7 +227,8 @@ class ChatForwarder:
     ) -> None:
         if usage is None:
             return
-        reported = usage.get("prompt_tokens")
+        # Chat's `prompt_tokens`; the Responses API's `input_tokens`.
+        reported = usage.get("prompt_tokens", usage.get("input_tokens"))
         if isinstance(reported, int):
             current = await self._memory.calibration(turn.tenant, turn.model)
             factor = updated_calibration(current, estimated=estimate, reported=reported)
@@ -237,8 +239,8 @@ class ChatForwarder:
         await self._memory.record_usage(turn.tenant, turn.session, usage, pressure)
 
 
-async def _peek(sent: _Sent, *, stream: bool) -> None:
-    """Read an error body, or a stream's first event, before anything is relayed."""
+async def _peek(sent: _Sent, request: ChatRequest) -> None:
+    """Read an error body, or a stream's opening events, before anything is relayed."""
     response = sent.response
     if response.status >= 400:
         try:
@@ -246,19 +248,18 @@ async def _peek(sent: _Sent, *, stream: bool) -> None:
         finally:
             response.close()
         return
-    if not stream:
+    if not request.stream:
         return
+    responses = request.api is Api.RESPONSES
     buffer = b""
+    failed: bool | None = None
     async for chunk in response.iter_chunks():
         buffer += chunk
-        event = first_event(buffer)
-        if event is not None:
+        failed = opening_error(buffer, responses=responses)
+        if failed is not None:
             break
-    else:
-        event = None
     sent.head = buffer
-    data = event_data(event) if event is not None else None
-    if data is not None and "error" in data:
+    if failed:
         sent.error = buffer
 
 

@@ -114,7 +114,7 @@ def create_app(
     # Outermost: the counter, the routes and the session API all see the normalized path.
     app.add_middleware(PathGuard)
     app.state.metrics = metrics
-    app.router.routes.insert(0, routes.CHAT_ROUTE)
+    app.router.routes[:0] = [routes.CHAT_ROUTE, routes.RESPONSES_ROUTE]
     app.include_router(admin.router)
     app.router.routes.extend(DASHBOARD_ROUTES)
     app.router.routes.extend(routes.ROUTES)  # the /v1 catch-all after the session API

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
 from fastapi.exceptions import RequestValidationError
@@ -33,23 +33,27 @@ _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 async def chat_completions(request: Request) -> Response:
+    return await _compacted(request, _service(request).chat_completion)
+
+
+async def responses(request: Request) -> Response:
+    return await _compacted(request, _service(request).response)
+
+
+async def _compacted(
+    request: Request, handle: Callable[[Incoming, bytes], Awaitable[Reply]]
+) -> Response:
     try:
-        return await _chat_completion(request)
+        raw = await _read_body(request, limit=cast(int, request.app.state.max_body_bytes))
+        reply = await _unless_client_leaves(request, handle(_incoming(request), raw))
     except ProxyError:
         raise  # ours, each with its status and body (`proxy_error`)
     except Exception:
         # A defect of ours, never the client's doing. Left to the framework it becomes a 500
         # on a connection the server then drops, under the feet of a client that already
         # reused it for its next request: answered here, with the connection closed cleanly.
-        logger.exception("chat completion failed in the proxy itself")
+        logger.exception("a %s request failed in the proxy itself", request.url.path)
         return _internal_error()
-
-
-async def _chat_completion(request: Request) -> Response:
-    raw = await _read_body(request, limit=cast(int, request.app.state.max_body_bytes))
-    reply = await _unless_client_leaves(
-        request, _service(request).chat_completion(_incoming(request), raw)
-    )
     return _respond(reply) if reply is not None else Response(status_code=_CLIENT_CLOSED)
 
 
@@ -88,6 +92,9 @@ async def metrics(request: Request) -> Response:
 # validate input (the operator API).
 CHAT_ROUTE = Route("/v1/chat/completions", chat_completions, methods=["POST"])
 """Matched before every other route: it serves nearly all the traffic."""
+RESPONSES_ROUTE = Route("/v1/responses", responses, methods=["POST"])
+"""The Responses API's create, compacted as chat completions are (other methods and
+`/v1/responses/{id}` pass through)."""
 ROUTES: list[BaseRoute] = [
     Route("/v1/{path:path}", passthrough, methods=_ALL_METHODS),
     Route("/healthz", healthz, methods=["GET"]),

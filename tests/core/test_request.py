@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.request import parse_chat_request
+from proxy.core.request import Api, parse_chat_request, parse_responses_request, wire_body
 from proxy.errors import InvalidRequestError
 
 json_values = st.recursive(
@@ -94,3 +94,51 @@ def test_accepts_a_model_that_is_unicode_text(model: str) -> None:
 def test_keeps_lone_surrogates_in_messages_for_the_upstream_to_judge() -> None:
     raw = b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}'
     assert parse_chat_request(raw).messages[0]["content"] == "\ud800"
+
+
+def test_a_responses_request_reads_as_its_chat_view() -> None:
+    raw = b'{"model": "m", "stream": true, "instructions": "Be brief.", "input": "hi"}'
+    request = parse_responses_request(raw)
+    assert (request.api, request.model, request.stream, request.raw) == (
+        Api.RESPONSES,
+        "m",
+        True,
+        raw,
+    )
+    assert [m["role"] for m in request.messages] == ["system", "user"]
+    assert wire_body(request, request.messages) == {
+        "model": "m",
+        "stream": True,
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": "hi"}],
+    }
+
+
+def test_a_chat_request_is_forwarded_with_its_messages_replaced() -> None:
+    request = parse_chat_request(b'{"model": "m", "messages": [], "top_k": 3}')
+    assert request.api is Api.CHAT
+    assert wire_body(request, [{"role": "user", "content": "x"}]) == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "top_k": 3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        (b'{"input": {"role": "user"}}', "input"),
+        (b'{"input": 3}', "input"),
+        (b"[]", None),
+        (b'{"model": "\\ud800", "input": "x"}', "model"),
+    ],
+)
+def test_a_responses_request_rejects_what_we_cannot_read(raw: bytes, param: str | None) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_responses_request(raw)
+    assert caught.value.param == param
+
+
+def test_a_responses_request_may_leave_input_out() -> None:
+    request = parse_responses_request(b'{"model": "m", "prompt": {"id": "pmpt_1"}}')
+    assert request.messages == []

@@ -5,11 +5,30 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.budget import request_budget
 from proxy.core.messages import Message, text
-from proxy.core.responses import ATTACHED, ITEMS, to_items, to_messages
+from proxy.core.plan import (
+    Compacted,
+    NeedsSummary,
+    Situation,
+    Unchanged,
+    plan_compaction,
+    plan_emergency,
+)
+from proxy.core.policy import STRATEGIES, ContextPolicy, Strategy
+from proxy.core.responses import (
+    ATTACHED,
+    INSTRUCTIONS,
+    ITEMS,
+    chat_view,
+    responses_body,
+    server_state,
+    to_items,
+    to_messages,
+)
 from proxy.core.splice import merge_text, splice
 from proxy.core.tokens import ApproximateEncoder, TokenCounter
 from proxy.core.tool_results import clear
@@ -502,3 +521,128 @@ def test_dropping_whole_units_leaves_no_orphan_output_nor_lonely_reasoning(
             # What followed it in the input follows it still (or nothing did).
             original = next(i for i, x in enumerate(items) if x is item)
             assert follower(back, index) is follower(items, original)
+
+
+# A whole request: instructions and input as the chat view the core compacts
+
+
+def test_instructions_become_the_marked_head_and_come_back() -> None:
+    body = {"model": "m", "instructions": "Be brief.", "input": "hi", "store": False}
+    view = chat_view(body)
+    assert view["messages"][0] == {"role": "system", "content": "Be brief.", INSTRUCTIONS: True}
+    assert [without_items(m) for m in view["messages"][1:]] == [{"role": "user", "content": "hi"}]
+    assert {k: v for k, v in view.items() if k != "messages"} == {"model": "m", "store": False}
+    back = responses_body(view, view["messages"])
+    assert back == {
+        "model": "m",
+        "store": False,
+        "instructions": "Be brief.",
+        "input": [msg("user")],
+    }
+    assert back["input"] == [{"role": "user", "content": "hi"}]
+
+
+def test_odd_instructions_and_input_are_carried_along_untouched() -> None:
+    body = {"model": "m", "instructions": [{"role": "system", "content": "x"}], "input": 7}
+    view = chat_view(body)
+    assert view == {"model": "m", "instructions": body["instructions"], "input": 7, "messages": []}
+    assert responses_body(view, [])["instructions"] == body["instructions"]
+    assert chat_view({"model": "m"}) == {"model": "m", "messages": []}
+
+
+def test_a_message_made_before_the_instructions_goes_to_input() -> None:
+    view = chat_view({"instructions": "rules", "input": [msg("user")]})
+    injected = {"role": "system", "content": "injected by a hook"}
+    body = responses_body(view, [injected, *view["messages"]])
+    assert body["instructions"] == "rules"
+    assert body["input"][0] == {
+        "type": "message",
+        "role": "system",
+        "content": [{"type": "input_text", "text": "injected by a hook"}],
+    }
+
+
+def test_server_state_is_previous_response_id_or_conversation() -> None:
+    assert server_state({"previous_response_id": "resp_1", "input": "go on"})
+    assert server_state({"conversation": "conv_1"})
+    assert server_state({"conversation": {"id": "conv_1"}})
+    assert not server_state({"input": "hi", "previous_response_id": None})
+
+
+# The real planner on translated conversations
+
+LONG = st.integers(20, 400).map(
+    lambda n: " ".join(f"line{i} of the tool's output" for i in range(n))
+)
+
+
+@st.composite
+def heavy(draw: st.DrawFn) -> list[Any]:
+    """Conversations whose tool outputs are long enough to need compaction."""
+    items = draw(st.lists(turn(), min_size=2, max_size=6).map(lambda t: [i for x in t for i in x]))
+    return [
+        {**item, "output": draw(LONG)}
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+        else item
+        for item in items
+    ]
+
+
+def _follower_kept(items: list[Any], back: list[Any]) -> None:
+    """Each reasoning item forwarded is the very item, followed by what followed it (its
+    content perhaps trimmed or given a note, never another item)."""
+    for index, item in enumerate(back):
+        if isinstance(item, dict) and item.get("type") == "reasoning":
+            original = next(i for i, x in enumerate(items) if x is item)
+            assert same_item(follower(back, index), follower(items, original))
+
+
+def same_item(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    keys = ("type", "role", "id", "call_id")
+    return isinstance(a, dict) and isinstance(b, dict) and all(a.get(k) == b.get(k) for k in keys)
+
+
+def _pairs_kept(back: list[Any]) -> None:
+    calls = [i["call_id"] for i in back if isinstance(i, dict) and i.get("type") in CALLS]
+    outputs = [i["call_id"] for i in back if isinstance(i, dict) and i.get("type") in OUTPUTS]
+    assert sorted(calls) == sorted(outputs)
+    for index, item in enumerate(back):
+        if isinstance(item, dict) and item.get("type") in OUTPUTS:
+            earlier = back[:index]
+            assert any(isinstance(c, dict) and c.get("call_id") == item["call_id"] for c in earlier)
+
+
+CALLS = ("function_call", "custom_tool_call")
+OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
+@settings(max_examples=150, suppress_health_check=list(HealthCheck), deadline=None)
+@given(
+    heavy(),
+    st.sampled_from([1024, 2048, 4096]),
+    st.sampled_from(STRATEGIES),
+    st.sampled_from(["good", "fails"]),
+)
+def test_compaction_never_splits_a_call_from_its_output_nor_reasoning_from_its_follower(
+    items: list[Any], window: int, strategy: Strategy, summary: str
+) -> None:
+    body = {"model": "m", "instructions": "You are an agent.", "input": items}
+    view = chat_view(body)
+    budget = request_budget(window, view, output_reserved=256, margin_share=0.03)
+    policy = ContextPolicy(strategy=strategy, keep_recent=2)
+    situation = Situation(view["messages"], view, policy, budget, force=True)
+    counter = TokenCounter(ApproximateEncoder())
+    plan = plan_compaction(situation, counter)
+    if isinstance(plan, NeedsSummary):
+        plan = plan.fallback() if summary == "fails" else plan.complete("- the user asked")
+    emergency = plan_emergency(situation, counter)
+    for result in (plan, emergency):
+        forwarded = result.messages if isinstance(result, Compacted) else view["messages"]
+        sent = responses_body(view, forwarded)
+        assert sent["instructions"] == "You are an agent."
+        _pairs_kept(sent["input"])
+        _follower_kept(items, sent["input"])
+        if isinstance(result, Unchanged):
+            assert sent["input"] == items

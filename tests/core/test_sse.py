@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.sse import StreamTap, event_data, first_event, with_usage_requested
+from proxy.core.sse import StreamTap, event_data, opening_error, with_usage_requested
 
 USAGE = {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125}
 
@@ -76,9 +76,44 @@ def test_event_data() -> None:
     assert event_data(b'event: x\ndata: {"a":\ndata: 2}\n\n') == {"a": 2}
 
 
-def test_first_event() -> None:
-    assert first_event(b"data: {}") is None
-    assert first_event(b"data: {}\n\ndata: x") == b"data: {}\n\n"
+def typed(kind: str, **data: object) -> bytes:
+    """A Responses API event: an `event:` line and its JSON."""
+    body = json.dumps({"type": kind, "sequence_number": 0, **data}).encode()
+    return b"event: " + kind.encode() + b"\ndata: " + body + b"\n\n"
+
+
+OVERFLOW = {"code": "context_length_exceeded", "message": "Your input exceeds the context window"}
+
+
+def test_a_chat_stream_opens_with_an_error_in_its_first_event() -> None:
+    assert opening_error(b"data: {}", responses=False) is None  # not complete yet
+    assert opening_error(event({"error": OVERFLOW}) + b"data: x", responses=False) is True
+    assert opening_error(CHUNKS[0], responses=False) is False
+    assert opening_error(b": keep-alive\n\n", responses=False) is False
+
+
+def test_a_responses_stream_tells_after_its_opening_events() -> None:
+    opening = typed("response.created") + typed("response.in_progress") + b": ping\n\n"
+    assert opening_error(opening, responses=True) is None
+    failed = typed("response.failed", response={"status": "failed", "error": OVERFLOW})
+    assert opening_error(opening + failed, responses=True) is True
+    assert opening_error(opening + typed("error", **OVERFLOW), responses=True) is True
+    assert opening_error(opening + event({"error": OVERFLOW}), responses=True) is True
+    started = typed("response.output_item.added", item={"type": "message"})
+    assert opening_error(opening + started, responses=True) is False
+
+
+def test_the_tap_keeps_a_responses_streams_usage_and_relays_every_event() -> None:
+    usage = {"input_tokens": 120, "output_tokens": 5, "total_tokens": 125}
+    events = [
+        typed("response.created", response={"status": "in_progress", "usage": None}),
+        typed("response.output_text.delta", delta='the "usage" field'),
+        typed("response.completed", response={"status": "completed", "usage": usage}),
+    ]
+    tap = StreamTap(strip_usage_chunk=True)
+    relayed = b"".join(tap.feed(chunk) for chunk in events) + tap.flush()
+    assert relayed == b"".join(events)
+    assert tap.usage == usage
 
 
 def test_usage_requested_only_when_absent() -> None:

@@ -46,6 +46,9 @@ def test_render_covers_every_shape() -> None:
     assert render(function_call("lookup", '{"k": 1}')) == 'assistant called lookup({"k": 1})'
     assert render({"role": "assistant", "content": None}) == "assistant: (no text)"
     assert render({"content": "x"}) == "unknown: x"
+    custom = {"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}
+    turn = {"role": "assistant", "content": None, "tool_calls": [custom]}
+    assert render(turn) == "assistant called apply_patch(*** Begin)"
 
 
 def test_summary_message_says_what_it_is_and_lists_tools() -> None:
@@ -91,6 +94,16 @@ def test_offered_tools_in_order_including_legacy_functions() -> None:
     }
     assert offered_tools(body) == ["grep", "lookup"]
     assert offered_tools({}) == []
+    # The Responses API's flat tools.
+    flat = {
+        "tools": [
+            {"type": "function", "name": "shell", "parameters": {}},
+            {"type": "custom", "name": "apply_patch"},
+            {"type": "function"},
+            {"type": "file_search", "name": "not a function"},
+        ]
+    }
+    assert offered_tools(flat) == ["shell", "apply_patch"]
 
 
 def test_completion_text() -> None:

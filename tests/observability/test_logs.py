@@ -30,6 +30,7 @@ CHAT = "/v1/chat/completions"
 API_KEY = "sk-planted-credential-4242"
 SECRET = "PLANTED-CONTENT the launch code is 0000"
 FIELDS = {
+    "api",
     "session",
     "tenant",
     "model",
