@@ -118,6 +118,18 @@ def responses_body(view: Mapping[str, Any], messages: Sequence[Message]) -> dict
     return body
 
 
+def readable(messages: Sequence[Message]) -> list[Message]:
+    """`messages` without the private keys (`ITEMS`, `INSTRUCTIONS`): the chat view of a
+    Responses session as an operator reads it (reasoning and built-in items stay, as
+    `ATTACHED` parts); chat messages come back as they are."""
+    return [
+        {k: v for k, v in m.items() if k not in (ITEMS, INSTRUCTIONS)}
+        if ITEMS in m or INSTRUCTIONS in m
+        else m
+        for m in messages
+    ]
+
+
 def server_state(body: Mapping[str, Any]) -> bool:
     """Whether the provider holds part of the conversation (`previous_response_id`,
     `conversation`): the proxy cannot compact what it does not see."""

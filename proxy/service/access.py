@@ -1,4 +1,5 @@
-"""One chat completion (or Responses API request) as the operator sees it: its timings, its outcome, its log line.
+"""One compacted request (a chat completion or a Responses API request) as the operator sees
+it: its timings, its outcome, its log line.
 
 An `Access` follows a request from the moment the service has its body to the last byte of
 the answer. The service tells it what it learns on the way (the request, the turn, what
@@ -6,10 +7,11 @@ compaction did, each wait on the upstream); when the answer is ready it reports 
 overhead and the forwarded pressure to the metrics, and when the answer has been sent (a
 stream: at its end) it writes the request's one line on the `proxy.access` logger.
 
-The line carries the API (`chat` or `responses`), the session, a prefix of the tenant's hash, the model, the tokens before
-and after, the pressure, the action, the status, the latencies and the stream flag: numbers
-already counted for the response headers, so the line costs nothing proportional to the
-history. Never a credential; the last user message only with `log.content: true`.
+The line carries the API (`chat` or `responses`), the session, a prefix of the tenant's
+hash, the model, the tokens before and after, the pressure, the action, the status, the
+latencies and the stream flag: numbers already counted for the response headers, so the line
+costs nothing proportional to the history. Never a credential; the last user message only
+with `log.content: true`.
 """
 
 from __future__ import annotations
@@ -119,9 +121,7 @@ class Access:
         fields = self.fields(status)
         if aborted:
             fields["aborted"] = True
-        logger.info(
-            "response" if fields["api"] == "responses" else "chat completion", extra=fields
-        )
+        logger.info("response" if fields["api"] == "responses" else "chat completion", extra=fields)
 
     def fields(self, status: int) -> dict[str, Any]:
         """The log line's fields (all of them, null when unknown)."""

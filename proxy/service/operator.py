@@ -19,6 +19,7 @@ from proxy.core import jsoncodec
 from proxy.core.breakdown import breakdown
 from proxy.core.messages import Message
 from proxy.core.request import ChatRequest
+from proxy.core.responses import readable
 from proxy.core.session import (
     Checkpoint,
     SessionState,
@@ -121,14 +122,15 @@ class Operator:
         }
 
     async def messages(self, ref: SessionRef, which: View) -> list[Message]:
-        """The archived history, or what the proxy would forward for it now."""
+        """The archived history, or what the proxy would forward for it now (a Responses
+        API session in the chat view the proxy compacts it in)."""
         await self._state(ref)
         archived = await self._store.archived(ref.tenant, ref.id)
         if which == "original":
-            return archived
+            return readable(archived)
         head, body = split_head(archived)
         checkpoint = await self._store.find_checkpoint(ref.tenant, chain_hashes(body))
-        return view(head, body, checkpoint)
+        return readable(view(head, body, checkpoint))
 
     async def compact(
         self, ref: SessionRef, incoming: Incoming, strategy: str | None = None

@@ -24,6 +24,7 @@ from proxy.core.responses import (
     INSTRUCTIONS,
     ITEMS,
     chat_view,
+    readable,
     responses_body,
     server_state,
     to_items,
@@ -646,3 +647,13 @@ def test_compaction_never_splits_a_call_from_its_output_nor_reasoning_from_its_f
         _follower_kept(items, sent["input"])
         if isinstance(result, Unchanged):
             assert sent["input"] == items
+
+
+def test_readable_drops_the_private_keys_only() -> None:
+    view = chat_view({"instructions": "rules", "input": [msg("user"), reasoning(), said("ok")]})
+    shown = readable(view["messages"])
+    assert shown[0] == {"role": "system", "content": "rules"}
+    assert shown[1] == {"role": "user", "content": "hi"}
+    assert shown[2]["content"][-1] == {"type": ATTACHED, "item": reasoning()}
+    plain = [{"role": "user", "content": "x"}]
+    assert readable(plain)[0] is plain[0]
