@@ -879,3 +879,110 @@ def test_429_is_never_overflow(body: str | bytes, headers: dict[str, str] | None
 @given(statuses, st.text())
 def test_bytes_and_text_agree(status: int | None, body: str) -> None:
     assert classify(status, body.encode()) == classify(status, body)
+
+
+# The Responses API (`/v1/responses`): its error bodies, its stream events and look-alikes.
+
+RESPONSES_OVERFLOW = (
+    "Your input exceeds the context window of this model. Please adjust your input and try again."
+)
+
+
+def responses_event(kind: str, **data: object) -> bytes:
+    body = json.dumps({"type": kind, "sequence_number": 2, **data})
+    return f"event: {kind}\ndata: {body}\n\n".encode()
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, error_body(RESPONSES_OVERFLOW, param="input", code="context_length_exceeded")),
+        (400, error_body(RESPONSES_OVERFLOW, param="input", code=None)),  # the wording alone
+        (
+            200,
+            responses_event("response.created", response={"status": "in_progress", "error": None})
+            + responses_event(
+                "response.failed",
+                response={
+                    "status": "failed",
+                    "error": {"code": "context_length_exceeded", "message": RESPONSES_OVERFLOW},
+                },
+            ),
+        ),
+        (
+            200,
+            responses_event(
+                "error", code="context_length_exceeded", message=RESPONSES_OVERFLOW, param="input"
+            ),
+        ),
+    ],
+    ids=["400", "400-wording-only", "response.failed", "error-event"],
+)
+def test_responses_api_overflow(status: int, body: str | bytes) -> None:
+    verdict = classify(status, body)
+    assert verdict.overflow
+    assert verdict.compaction_can_fix
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        # The output ran out: the answer is cut, the prompt was fine.
+        (
+            200,
+            responses_event(
+                "response.incomplete",
+                response={
+                    "status": "incomplete",
+                    "incomplete_details": {"reason": "max_output_tokens"},
+                },
+            ),
+        ),
+        (400, error_body("No tool output found for function call call_abc.", param="input")),
+        (
+            400,
+            error_body(
+                "No tool call found for function call output with call_id call_abc.",
+                param="input",
+            ),
+        ),
+        (
+            400,
+            error_body(
+                "Item 'fc_1' of type 'function_call' was provided without its required "
+                "'reasoning' item: 'rs_1'.",
+                param="input",
+            ),
+        ),
+        (400, error_body("The encrypted content for item rs_1 could not be verified.")),
+        (
+            400,
+            error_body(
+                "Previous response with id 'resp_1' not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            ),
+        ),
+        (
+            200,
+            responses_event(
+                "response.failed",
+                response={
+                    "status": "failed",
+                    "error": {"code": "server_error", "message": "The server had an error."},
+                },
+            ),
+        ),
+    ],
+    ids=[
+        "incomplete-max-output",
+        "no-tool-output",
+        "no-tool-call",
+        "missing-reasoning",
+        "encrypted-content",
+        "previous-not-found",
+        "failed-server-error",
+    ],
+)
+def test_responses_api_look_alikes_are_not_overflow(status: int, body: str | bytes) -> None:
+    assert not classify(status, body).overflow
