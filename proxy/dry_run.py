@@ -25,7 +25,14 @@ from proxy.adapters.tokenizer import load_encoders
 from proxy.core.breakdown import Breakdown, breakdown
 from proxy.core.budget import request_budget
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
-from proxy.core.request import ChatRequest, parse_chat_request
+from proxy.core.request import (
+    Api,
+    ChatRequest,
+    parse_chat_request,
+    parse_responses_request,
+    wire_body,
+)
+from proxy.core.responses import readable
 from proxy.core.summary import completion_text
 from proxy.core.tokens import TokenCounter
 from proxy.core.urls import redact, split_credentials
@@ -66,20 +73,24 @@ class Report:
     """Why nothing was compacted (under_trigger, cooldown, ...), when nothing was."""
     messages: list[dict[str, Any]]
     notes: tuple[str, ...] = ()
+    input: list[Any] | None = None
+    """For a Responses API request: the `input` items that would be forwarded."""
 
     def as_json(self) -> dict[str, Any]:
         """The `--json` object."""
-        return {
+        found = {
             "tokens_before": self.before.total,
             "tokens_after": self.after.total,
             "pressure_before": round(self.pressure_before, 4),
             "strategy_applied": self.strategy_applied,
             "messages": self.messages,
         }
+        return found if self.input is None else {**found, "input": self.input}
 
 
 def inspect_file(path: Path, settings: Settings, options: Options) -> Report:
-    """Dry-run the chat completion request in `path`. Raises `DryRunError`."""
+    """Dry-run the chat completion (or Responses API) request in `path`. Raises
+    `DryRunError`."""
     request = _read(path)
     policy = settings.model_policies().for_model(request.model)
     if options.strategy:
@@ -111,8 +122,9 @@ def inspect_file(path: Path, settings: Settings, options: Options) -> Report:
         pressure_after=budget.pressure(after.total),
         strategy_applied=plan.strategy if isinstance(plan, Compacted) else None,
         reason=plan.reason if isinstance(plan, Unchanged) else None,
-        messages=forwarded,
+        messages=readable(forwarded),
         notes=tuple(notes),
+        input=wire_body(request, forwarded)["input"] if request.api is Api.RESPONSES else None,
     )
 
 
@@ -121,10 +133,13 @@ def _read(path: Path) -> ChatRequest:
         raw = path.read_bytes()
     except OSError as exc:
         raise DryRunError(f"cannot read {path}: {exc.strerror}") from exc
+    # A Responses API body has `input` where a chat completion has `messages`.
+    responses = b'"messages"' not in raw and b'"input"' in raw
     try:
-        return parse_chat_request(raw)
+        return parse_responses_request(raw) if responses else parse_chat_request(raw)
     except InvalidRequestError as exc:
-        raise DryRunError(f"{path} is not a chat completion request: {exc.message}") from exc
+        kind = "Responses API" if responses else "chat completion"
+        raise DryRunError(f"{path} is not a {kind} request: {exc.message}") from exc
 
 
 def _window(model: str | None, settings: Settings, options: Options) -> Window:

@@ -158,3 +158,51 @@ def test_unreadable_request_exits_1(
     code, _, err = inspect(capsys, str(path))
     assert code == EXIT_INPUT
     assert message in err
+
+
+def responses_request(turns: int = 40) -> dict[str, Any]:
+    """The same agent on the Responses API: instructions, then items."""
+    items: list[Any] = [{"role": "user", "content": "Fix the failing test in src/app.py."}]
+    for i in range(turns):
+        items += [
+            {"type": "reasoning", "id": f"rs_{i}", "summary": [], "encrypted_content": "gAAA" * 8},
+            {
+                "type": "function_call",
+                "call_id": f"call_{i}",
+                "name": "read_file",
+                "arguments": json.dumps({"path": f"src/m{i}.py"}),
+            },
+            {
+                "type": "function_call_output",
+                "call_id": f"call_{i}",
+                "output": f"# module {i}\n" + "def f():\n    return 1\n" * 200,
+            },
+        ]
+    tools = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
+    return {"model": "gpt-4o-mini", "instructions": "You are a coding agent.", "input": items,
+            "tools": tools}  # fmt: skip
+
+
+def test_a_responses_api_request_is_inspected_and_given_back_as_items(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "responses.json"
+    path.write_text(json.dumps(responses_request()))
+    code, out, _ = inspect(capsys, str(path), "--context-window", "32000", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["strategy_applied"] == "clear_tool_results"
+    assert report["tokens_after"] < report["tokens_before"] / 2
+    assert report["messages"][0] == {"role": "system", "content": "You are a coding agent."}
+    sent = report["input"]
+    assert sent[0] == responses_request()["input"][0]
+    assert sum(item.get("type") == "reasoning" for item in sent) == 40  # kept, with their calls
+    code, _, err = inspect(capsys, str(_written(tmp_path, '{"input": 3}')))
+    assert code == EXIT_INPUT
+    assert "is not a Responses API request" in err
+
+
+def _written(tmp_path: Path, content: str) -> Path:
+    path = tmp_path / "written.json"
+    path.write_text(content)
+    return path
