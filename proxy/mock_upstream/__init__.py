@@ -2,6 +2,7 @@
 
 It answers like a provider does, over real HTTP when served by uvicorn: chat completions
 (whole and as SSE, with content and tool-call deltas, usage, the provider's headers),
+the Responses API (`/v1/responses`, whole and as its event stream; see responses.py),
 scripted errors, `/v1/models`, and an echo of any other `/v1/*` request. Every request it
 receives is recorded, so a test can check what the proxy actually forwarded.
 
@@ -23,12 +24,23 @@ Options make it a strict, realistic provider; all are off by default:
 
 Modules: `app` (the server and its state), `script` (what tests queue and read back),
 `completions` (a reply as JSON or SSE chunks), `errors` (the providers' wording),
-`strictness`, `meter` (token counts), `cache`, `agent`, `summarizer`.
+`strictness`, `meter` (token counts), `cache`, `agent`, `summarizer`; and for the Responses
+API `responses` (the endpoint), `responses_items`, `responses_meter`, `responses_strictness`,
+`responses_output`, `responses_stream`.
 """
 
 from proxy.mock_upstream.agent import AgentScript
 from proxy.mock_upstream.app import MockUpstream
+from proxy.mock_upstream.responses_meter import responses_prompt_tokens
 from proxy.mock_upstream.script import Recorded, Reply, ToolCall
 from proxy.mock_upstream.summarizer import SummaryQuality
 
-__all__ = ["AgentScript", "MockUpstream", "Recorded", "Reply", "SummaryQuality", "ToolCall"]
+__all__ = [
+    "AgentScript",
+    "MockUpstream",
+    "Recorded",
+    "Reply",
+    "SummaryQuality",
+    "ToolCall",
+    "responses_prompt_tokens",
+]

@@ -22,7 +22,8 @@ from proxy.mock_upstream.agent import Agent, AgentScript
 from proxy.mock_upstream.cache import PromptCache, cached_tokens
 from proxy.mock_upstream.completions import Completion, Usage
 from proxy.mock_upstream.errors import Rejected
-from proxy.mock_upstream.meter import Meter
+from proxy.mock_upstream.meter import Meter, Piece
+from proxy.mock_upstream.responses import ResponsesApi
 from proxy.mock_upstream.script import JSON, Recorded, Reply
 from proxy.mock_upstream.strictness import check_alternation, check_tool_pairs
 from proxy.mock_upstream.summarizer import SummaryQuality, is_summary_request, summarize
@@ -65,6 +66,12 @@ class MockUpstream:
     encoders: Encoders | None = field(default=None, repr=False)
     """The tokenizers; when None, o200k_base is loaded on the first chat request (off the
     event loop, once), falling back to the approximate count as the proxy does."""
+    responses_reasoning: bool = False
+    """On `/v1/responses`, play a reasoning model: each response opens with a reasoning
+    item when the request includes "reasoning.encrypted_content" (see responses.py)."""
+    responses_overflow_in_stream: bool = False
+    """On `/v1/responses`, answer a streamed overflow 200 with a stream that ends in
+    `response.failed`, as some providers do, instead of OpenAI's 400 before the stream."""
 
     # What the mock saw and did, for tests and benchmarks to read.
     requests: list[Recorded] = field(default_factory=list, init=False, repr=False)
@@ -89,6 +96,7 @@ class MockUpstream:
     _counter: TokenCounter | None = field(default=None, init=False, repr=False)
     _loading: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
     _agent: Agent | None = field(default=None, init=False, repr=False)
+    _responses: ResponsesApi = field(default_factory=ResponsesApi, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.agent is not None and self.default is not None:
@@ -96,6 +104,7 @@ class MockUpstream:
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/responses", self._responses_endpoint, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route(
                     "/v1/{path:path}",
@@ -106,7 +115,7 @@ class MockUpstream:
         )
 
     def queue(self, *replies: Reply) -> None:
-        """Answer the next chat completions with `replies`, in order."""
+        """Answer the next chat completions or responses with `replies`, in order."""
         self._replies.extend(replies)
 
     @property
@@ -213,18 +222,21 @@ class MockUpstream:
         self, body: Mapping[str, Any], prompt: int, reply: Reply, meter: Meter, *, summary: bool
     ) -> Usage:
         """The usage of an answered request; its prompt joins the prompt cache."""
-        pieces = meter.pieces(body)
-        keys = [piece.key for piece in pieces]
-        shared = self._cache.shared_prefix(keys)
-        self._cache.remember(keys)
-        shared_tokens = min(meter.scale(sum(piece.tokens for piece in pieces[:shared])), prompt)
-        cached = cached_tokens(
-            shared_tokens, granularity=self.cache_granularity, minimum=self.cache_min_tokens
-        )
+        cached = self._cached(meter.pieces(body), prompt, meter)
         if not summary:
             self.prompt_tokens.append(prompt)
             self.cached_tokens.append(cached)
         return Usage(prompt, meter.completion(reply), cached)
+
+    def _cached(self, pieces: list[Piece], prompt: int, meter: Meter) -> int:
+        """The cached tokens of a prompt made of `pieces`, which join the prompt cache."""
+        keys = [piece.key for piece in pieces]
+        shared = self._cache.shared_prefix(keys)
+        self._cache.remember(keys)
+        shared_tokens = min(meter.scale(sum(piece.tokens for piece in pieces[:shared])), prompt)
+        return cached_tokens(
+            shared_tokens, granularity=self.cache_granularity, minimum=self.cache_min_tokens
+        )
 
     async def _sse(self, completion: Completion) -> AsyncIterator[bytes]:
         reply = completion.reply
@@ -244,6 +256,11 @@ class MockUpstream:
         finally:
             if not finished:
                 self.streams_abandoned += 1
+
+    async def _responses_endpoint(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        headers = _provider_headers(next(self._ids))
+        return await self._responses.answer(self, recorded.json(), await self._meter(), headers)
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

@@ -134,3 +134,10 @@ def test_the_word_usage_in_content_is_not_usage() -> None:
     tap = StreamTap(strip_usage_chunk=True)
     assert relay(tap, [chunk, odd]) == chunk + odd
     assert tap.usage is None
+
+
+def test_an_event_that_only_mentions_usage_is_relayed_and_not_read() -> None:
+    broken = b'data: {"usage": {"prompt_tokens": \n\n'  # cut off: not JSON
+    tap = StreamTap(strip_usage_chunk=True)
+    assert tap.feed(broken) == broken
+    assert tap.usage is None

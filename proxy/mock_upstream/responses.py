@@ -1,0 +1,181 @@
+"""The mock's `POST /v1/responses`: OpenAI's Responses API, strictly, over the mock's options.
+
+One `MockUpstream` serves chat and responses alike: the same queue of `Reply`s, `default`,
+agent, window, `token_factor`, strictness, prompt cache and counters. What is particular to
+the Responses API lives here and in the `responses_*` modules:
+
+- `input` (a string or items) is resolved against `previous_response_id`: the stored
+  response's input and output come first (not its `instructions`: OpenAI does not carry
+  them over). Responses are stored unless `store` is false; an unknown id is OpenAI's
+  `previous_response_not_found` 400;
+- with `strict`, the call pairs and reasoning items are checked (responses_strictness.py);
+- the prompt is metered from the items themselves (responses_meter.py), not from the
+  proxy's chat translation, and must fit the window with `max_output_tokens`; an overflow is
+  OpenAI's 400, or with `responses_overflow_in_stream` a stream that fails;
+- the answer is the queued reply, `default`, or the agent's move read from a chat view of
+  the items; with `responses_reasoning` and `include: ["reasoning.encrypted_content"]`, a
+  reasoning item comes first (responses_output.py);
+- the response goes whole, or as the Responses event stream (responses_stream.py), paced
+  by the reply's `chunk_delay_s`, held after its first delta (of any kind: a reasoning
+  summary's comes first) by `hold`, and never ending with `endless`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.mock_upstream.errors import Rejected
+from proxy.mock_upstream.meter import Meter, Piece
+from proxy.mock_upstream.responses_items import chat_view, input_items
+from proxy.mock_upstream.responses_meter import ResponsesMeter
+from proxy.mock_upstream.responses_output import (
+    ResponsesUsage,
+    output_items,
+    reasoning_text,
+    response_object,
+)
+from proxy.mock_upstream.responses_stream import events, failed_events, sse
+from proxy.mock_upstream.responses_strictness import (
+    OVERFLOW_MESSAGE,
+    ReasoningLedger,
+    check_call_pairs,
+    context_length_exceeded,
+    previous_response_not_found,
+)
+from proxy.mock_upstream.script import JSON, Reply
+
+if TYPE_CHECKING:
+    from proxy.mock_upstream.app import MockUpstream
+
+ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
+ENDLESS_DELAY_S: Final = 0.05
+"""Seconds between the events of an endless stream that sets no `chunk_delay_s`."""
+
+
+class ResponsesApi:
+    """The Responses endpoint of one mock: what it remembers, and its answer to a request."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, list[JSON]] = {}
+        """Stored responses by id: their resolved input, then their output."""
+        self.reasoning = ReasoningLedger()
+        self._numbers = itertools.count(1)
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}_mock_{next(self._numbers)}"
+
+    async def answer(
+        self, host: MockUpstream, body: JSON, meter: Meter, headers: dict[str, str]
+    ) -> Response:
+        """The mock's response to one request `body`, with the provider's `headers`."""
+        counting = ResponsesMeter(meter)
+        try:
+            items = self._resolve(body)
+            prompt = self._admit(host, body, items, counting)
+        except Rejected as rejected:
+            return self._refuse(host, body, rejected, headers)
+        reply = host._reply_for(chat_view(body, items), False, meter)
+        headers.update(reply.headers)
+        if reply.status >= 400:
+            error = reply.error or {"error": {"message": "mock error", "type": "server_error"}}
+            return JSONResponse(error, status_code=reply.status, headers=headers)
+        reasoning = host.responses_reasoning and _wants_encrypted_reasoning(body)
+        output = output_items(reply, self.new_id, reasoning=reasoning)
+        cached = self._bill(host, counting.pieces(body, items), prompt, meter)
+        usage = _usage(prompt, cached, reply, output, meter)
+        response = response_object(body, self.new_id("resp"), output, usage)
+        stored = body.get("store") is not False
+        self.reasoning.remember(output, stored=stored)
+        if stored:
+            self.stored[response["id"]] = [*items, *output]
+        if body.get("stream") is True:
+            stream = self._stream(host, response, reply)
+            return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+        return JSONResponse(response, headers=headers)
+
+    def _resolve(self, body: Mapping[str, Any]) -> list[JSON]:
+        """The request's items, after those of the response it continues."""
+        items = input_items(body)
+        previous = body.get("previous_response_id")
+        if previous is None:
+            return items
+        if not isinstance(previous, str) or previous not in self.stored:
+            raise previous_response_not_found(str(previous))
+        return [*self.stored[previous], *items]
+
+    def _admit(
+        self, host: MockUpstream, body: Mapping[str, Any], items: list[JSON], meter: ResponsesMeter
+    ) -> int:
+        """The prompt's tokens, once the items pass the checks: structure, then the window."""
+        if host.strict:
+            try:
+                check_call_pairs(items)
+                self.reasoning.check(items)
+            except Rejected:
+                host.strict_rejections += 1
+                raise
+        prompt = meter.prompt(body, items)
+        reserved = body.get("max_output_tokens")
+        output = reserved if type(reserved) is int else 0
+        if host.window is not None and prompt + output > host.window:
+            host.overflows += 1
+            raise context_length_exceeded()
+        return prompt
+
+    def _refuse(
+        self, host: MockUpstream, body: JSON, rejected: Rejected, headers: dict[str, str]
+    ) -> Response:
+        overflow = rejected.body["error"]["code"] == "context_length_exceeded"
+        if overflow and body.get("stream") is True and host.responses_overflow_in_stream:
+            # As some providers do: the stream starts, then the response fails in it.
+            response = response_object(body, self.new_id("resp"), [], None)
+            error = {"code": "context_length_exceeded", "message": OVERFLOW_MESSAGE}
+            chunks = [sse(event) for event in failed_events(response, error)]
+            return StreamingResponse(iter(chunks), media_type="text/event-stream", headers=headers)
+        return JSONResponse(rejected.body, status_code=rejected.status, headers=headers)
+
+    def _bill(self, host: MockUpstream, pieces: list[Piece], prompt: int, meter: Meter) -> int:
+        """The cached tokens of an answered request; its prompt joins the prompt cache."""
+        cached = host._cached(pieces, prompt, meter)
+        host.prompt_tokens.append(prompt)
+        host.cached_tokens.append(cached)
+        return cached
+
+    async def _stream(
+        self, host: MockUpstream, response: JSON, reply: Reply
+    ) -> AsyncIterator[bytes]:
+        """The events of `response`, paced and held as `reply` says (as chat's stream is)."""
+        delay = reply.chunk_delay_s or (ENDLESS_DELAY_S if reply.endless else 0.0)
+        hold = reply.hold
+        finished = False
+        try:
+            for index, event in enumerate(events(response, endless=reply.endless)):
+                if index and delay:
+                    await asyncio.sleep(delay)
+                yield sse(event)
+                if hold is not None and event["type"].endswith(".delta"):
+                    # Paused after the first delta until the test lets it go on.
+                    await hold.wait()
+                    hold = None
+            finished = True
+        finally:
+            if not finished:
+                host.streams_abandoned += 1
+
+
+def _usage(
+    prompt: int, cached: int, reply: Reply, output: list[JSON], meter: Meter
+) -> ResponsesUsage:
+    """What the response bills: its reasoning (the summaries' tokens) counts as output."""
+    thinking = meter.scale(meter.counter.text(reasoning_text(output)))
+    return ResponsesUsage(prompt, cached, meter.completion(reply) + thinking, thinking)
+
+
+def _wants_encrypted_reasoning(body: Mapping[str, Any]) -> bool:
+    include = body.get("include")
+    return isinstance(include, list) and ENCRYPTED_REASONING in include
