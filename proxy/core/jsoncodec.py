@@ -54,6 +54,11 @@ class _NonFinite(float):
         value.token = token
         return value
 
+    # Copied (a checkpoint's `asdict` deep-copies the messages it holds) and pickled from
+    # the token: float's own protocol would hand `__new__` the float instead.
+    def __getnewargs__(self) -> tuple[str]:  # type: ignore[override]
+        return (self.token,)
+
 
 class JSONLimitError(json.JSONDecodeError):
     """Valid JSON the proxy does not take: nested deeper than `MAX_DEPTH`, or an integer too

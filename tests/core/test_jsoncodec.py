@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import pickle
@@ -55,6 +56,14 @@ def test_non_finite_numbers_are_written_back_as_sent(write: Callable[[object], b
     assert value["a"] == math.inf
     assert value["b"] == -math.inf
     assert math.isnan(value["c"])
+
+
+def test_non_finite_numbers_survive_copies_and_pickles() -> None:
+    # A checkpoint's `asdict` deep-copies the messages it keeps: a client's NaN once made
+    # that raise, a 500 found by the Responses API fuzz suite.
+    value = loads(b'{"a": [Infinity, -Infinity, NaN]}')
+    for copied in (copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
+        assert dumps(copied) == b'{"a":[Infinity,-Infinity,NaN]}'
 
 
 def test_other_values_are_written_as_their_text() -> None:

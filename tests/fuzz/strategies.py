@@ -188,3 +188,154 @@ chat_bodies = st.fixed_dictionaries(
     },
 )
 """Bodies shaped like chat completions, with any field of the wrong type or an odd value."""
+
+
+def _responses_part() -> st.SearchStrategy[Any]:
+    kinds = st.sampled_from(["input_text", "output_text", "input_image", "input_file", "refusal"])
+    return (
+        st.fixed_dictionaries(
+            {"type": kinds | anything},
+            optional={
+                "text": odd_text | anything,
+                "image_url": odd_text | anything,
+                "detail": anything,
+                "file_id": odd_text,
+                "annotations": anything,
+            },
+        )
+        | anything
+    )
+
+
+ITEM_TYPES = st.sampled_from(
+    [
+        "message",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "reasoning",
+        "web_search_call",
+        "computer_call",
+        "computer_call_output",
+        "local_shell_call",
+        "mcp_call",
+        "item_reference",
+        "brand_new_item",
+    ]
+)
+CALL_IDS = st.sampled_from(["call_1", "call_2", "call_3"]) | odd_text | anything
+_long_text = st.integers(1, 60).map(lambda n: "the tool printed a line of output " * n)
+"""Text long enough that a few items fill a small window and compaction runs."""
+
+items = (
+    st.builds(
+        lambda known, unknown: {**unknown, **known},
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "type": ITEM_TYPES | anything,
+                "role": ROLES | anything,
+                "content": odd_text
+                | _long_text
+                | st.lists(_responses_part(), max_size=3)
+                | anything,
+                "call_id": CALL_IDS,
+                "name": odd_text | anything,
+                "arguments": odd_text | anything,
+                "input": odd_text | anything,
+                "output": odd_text
+                | _long_text
+                | st.lists(_responses_part(), max_size=2)
+                | anything,
+                "id": odd_text | anything,
+                "summary": st.lists(anything, max_size=2) | anything,
+                "encrypted_content": odd_text | anything,
+            },
+        ),
+        st.dictionaries(odd_text, anything, max_size=2),
+    )
+    | anything
+)
+"""One Responses API input item: every field optional, of the right type or any other."""
+
+responses_bodies = st.fixed_dictionaries(
+    {"input": st.lists(items, max_size=8) | odd_text | anything},
+    optional={
+        "model": MODELS | odd_text | anything,
+        "instructions": odd_text | anything,
+        "stream": st.booleans() | anything,
+        "tools": st.lists(
+            st.fixed_dictionaries(
+                {"type": st.sampled_from(["function", "custom", "web_search"]) | anything},
+                optional={"name": odd_text | anything, "parameters": anything},
+            ),
+            max_size=3,
+        )
+        | anything,
+        "max_output_tokens": st.integers() | odd_numbers | anything,
+        "previous_response_id": st.none() | odd_text | anything,
+        "conversation": st.none() | anything,
+        "include": st.just(["reasoning.encrypted_content"]) | anything,
+        "store": st.booleans() | anything,
+        "truncation": st.sampled_from(["auto", "disabled"]) | anything,
+    },
+)
+"""Bodies shaped like Responses API requests, with any field of the wrong type."""
+
+
+_plain_values: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | odd_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(odd_text, inner, max_size=3),
+    max_leaves=6,
+)
+"""Odd JSON values (NaN and the infinities included) within the codec's limits, so that the
+bodies made of them are served and compacted rather than refused."""
+
+
+@st.composite
+def _agent_turn(draw: st.DrawFn) -> list[Any]:
+    """A user message, then calls with outputs, reasoning and built-in items, the way agents
+    send them, with long text and odd extra fields here and there."""
+    turn: list[Any] = [{"role": draw(ROLES), "content": draw(_long_text | odd_text)}]
+    for _ in range(draw(st.integers(0, 3))):
+        call_id = draw(st.sampled_from(["call_1", "call_2", "call_3", "call_4"]))
+        if draw(st.booleans()):
+            summary = draw(st.lists(st.just({"type": "summary_text", "text": "hm"}), max_size=1))
+            turn.append({"type": "reasoning", "id": "rs_1", "summary": summary,
+                         "encrypted_content": draw(odd_text)})  # fmt: skip
+        kind = draw(st.sampled_from(["function_call", "custom_tool_call"]))
+        arguments = draw(odd_text | _plain_values)
+        turn.append({"type": kind, "call_id": call_id, "name": draw(odd_text),
+                     "arguments": arguments, "input": draw(odd_text)})  # fmt: skip
+        if draw(st.booleans()):
+            turn.append(draw(st.sampled_from([{"type": "web_search_call", "id": "ws"},
+                                              {"type": "item_reference", "id": "x"}])))  # fmt: skip
+        output = draw(_long_text | st.lists(_responses_part(), max_size=2) | _plain_values)
+        turn.append({"type": f"{kind}_output", "call_id": call_id, "output": output})
+    if draw(st.booleans()):
+        turn.append({"type": "message", "role": "assistant", "content": draw(_long_text)})
+    return [
+        {**item, **draw(st.dictionaries(odd_text, _plain_values, max_size=1))}
+        if isinstance(item, dict)
+        else item
+        for item in turn
+    ]
+
+
+responses_conversations = st.fixed_dictionaries(
+    {
+        "input": st.lists(_agent_turn(), min_size=1, max_size=6).map(
+            lambda turns: [item for turn in turns for item in turn]
+        )
+    },
+    optional={
+        "model": st.sampled_from(["gpt-4o-mini", "o3-mini", "gpt-5-codex"]),
+        "instructions": odd_text | _long_text,
+        "stream": st.booleans(),
+        "max_output_tokens": st.integers(-5, 50) | _plain_values,
+        "include": st.just(["reasoning.encrypted_content"]),
+        "store": st.booleans(),
+    },
+)
+"""Responses API conversations long enough to be compacted in a small window."""
