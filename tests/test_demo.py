@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import queue
@@ -23,7 +24,7 @@ from proxy.cli import main as cli_main
 from proxy.demo.agents import Exchange, TurnReport
 from proxy.demo.display import Progress
 from proxy.demo.options import Options
-from proxy.demo.runner import run
+from proxy.demo.runner import Result, run
 from tests.servers import free_port
 
 SCRIPT = Path(sys.executable).parent / "compaction-proxy"
@@ -31,6 +32,9 @@ SCRIPT = Path(sys.executable).parent / "compaction-proxy"
 PROCESS_TIMEOUT_S = 240
 TURN_LINE = re.compile(r"^\[\s*\d+/(\d+)\] agent-\d+ ", re.MULTILINE)
 DASHBOARD = re.compile(r"Dashboard: +(http://127\.0\.0\.1:(\d+)/dashboard#token=[\w-]+)")
+
+
+AGENT_ROW = re.compile(r"^(agent-\d+) \S+ \((?:whole|streamed)\) +(chat|responses) ", re.MULTILINE)
 
 
 def _totals_row(output: str) -> dict[str, str]:
@@ -63,6 +67,59 @@ async def test_demo_compacts_agent_sessions_without_errors() -> None:
     assert "Ctrl-C" not in text
 
 
+async def test_responses_demo_compacts_reasoning_agents_and_lists_their_sessions() -> None:
+    out = io.StringIO()
+    stop = asyncio.Event()
+    options = Options(agents=2, turns=8, port=0, wait=True, api="responses")
+    demo = asyncio.create_task(run(options, out, stop))
+    try:
+        dashboard = await _printed(out, DASHBOARD, demo)
+        base_url, token = dashboard.group(1).split("/dashboard#token=")
+        async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+            listed = await client.get(
+                "/v1/compaction/sessions", headers={"authorization": f"Bearer {token}"}
+            )
+    finally:
+        stop.set()
+        result = await demo
+    assert isinstance(result, Result)
+    totals = result.totals
+    assert [agent.api for agent in result.agents] == ["responses", "responses"]
+    assert totals.errors == 0
+    assert totals.compactions.total() >= 1
+    # The mock played a reasoning model, strictly: reasoning items went back to it with
+    # their calls and answers, before and after compaction, and none was refused.
+    assert totals.reasoning_returned > 0
+    assert totals.overflows == totals.rejections == 0
+    assert totals.forwarded_tokens < totals.sent_tokens
+    assert all(agent.facts_kept == len(agent.facts) for agent in result.agents)
+    assert listed.status_code == 200
+    rows = {row["id"]: row for row in listed.json()["data"]}
+    assert set(rows) == {agent.session for agent in result.agents}
+    for agent in result.agents:
+        row = rows[agent.session]
+        assert row["turns"] == agent.requests
+        assert row["compactions"] == agent.compactions.total()
+    assert AGENT_ROW.findall(out.getvalue()) == [
+        ("agent-1", "responses"),
+        ("agent-2", "responses"),
+    ]
+
+
+async def _printed(
+    out: io.StringIO, pattern: re.Pattern[str], demo: asyncio.Task[object]
+) -> re.Match[str]:
+    """`pattern`'s match in what the demo printed to `out`, once it is there."""
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while time.monotonic() < deadline and not demo.done():
+        found = pattern.search(out.getvalue())
+        if found is not None:
+            return found
+        await asyncio.sleep(0.05)
+    demo.result()  # the demo's own error, if it raised one
+    raise AssertionError("never printed " + pattern.pattern + ":\n" + out.getvalue())
+
+
 def test_progress_redraws_its_bar_in_place_on_a_terminal() -> None:
     out = io.StringIO()
     progress = Progress(out, agents=1, turns=2, live=True)
@@ -77,7 +134,14 @@ def test_progress_redraws_its_bar_in_place_on_a_terminal() -> None:
     assert re.search(r"\r\x1b\[K1 turn in \d+\.\d s\n$", text)
 
 
-def test_module_runs_offline_without_tiktoken_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "apis"),
+    [([], ["chat", "chat"]), (["--api", "both"], ["chat", "responses"])],
+    ids=["chat", "both"],
+)
+def test_module_runs_offline_without_tiktoken_files(
+    tmp_path: Path, args: list[str], apis: list[str]
+) -> None:
     port = free_port()
     env = {
         **os.environ,
@@ -86,7 +150,7 @@ def test_module_runs_offline_without_tiktoken_files(tmp_path: Path) -> None:
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "NO_PROXY": "127.0.0.1,localhost",
     }
-    command = [sys.executable, "-m", "proxy.demo", "--agents", "2", "--turns", "8"]
+    command = [sys.executable, "-m", "proxy.demo", "--agents", "2", "--turns", "8", *args]
     result = subprocess.run(
         [*command, "--no-wait", "--port", str(port)],
         capture_output=True,
@@ -101,6 +165,7 @@ def test_module_runs_offline_without_tiktoken_files(tmp_path: Path) -> None:
     assert totals["errors"] == "0"
     assert int(totals["compactions"]) >= 1
     assert _number(totals["forwarded"]) < _number(totals["sent"])
+    assert [api for _, api in AGENT_ROW.findall(result.stdout)] == apis
     dashboard = DASHBOARD.search(result.stdout)
     assert dashboard is not None
     assert int(dashboard.group(2)) == port
@@ -176,3 +241,10 @@ def test_counts_below_one_are_refused(flag: str, capsys: pytest.CaptureFixture[s
         cli_main(["demo", flag, "0"])
     assert exited.value.code == 2
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_an_unknown_api_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["demo", "--api", "assistants"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'assistants'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`python -m proxy.demo [--agents N] [--turns N] [--port P] [--no-wait]`."""
+"""`python -m proxy.demo [--agents N] [--turns N] [--port P] [--no-wait] [--api API]`."""
 
 import argparse
 import sys

@@ -32,7 +32,11 @@ class Totals:
     overflows: int
     """Requests the provider refused as too long (the proxy retries those once)."""
     rejections: int
-    """Requests the provider refused for broken tool pairing or role order."""
+    """Requests the provider refused for broken tool pairing or role order, or on the
+    Responses API for reasoning parted from its items or altered."""
+    reasoning_returned: int = 0
+    """Reasoning items (with their `encrypted_content`) the Responses API agents' requests
+    brought back to the provider, which checked each in strict mode."""
 
     @property
     def saved_share(self) -> float:
@@ -52,7 +56,9 @@ def settle(upstream: MockUpstream, agents: Sequence[AgentStats], counter: TokenC
     for key, request in _last_forwarded(upstream).items():
         agent = by_key.get(key)
         if agent is not None:
-            forwarded = json.dumps(request.json().get("messages"), ensure_ascii=False)
+            body = request.json()
+            # The chat messages, or the Responses API's items.
+            forwarded = json.dumps(body.get("messages", body.get("input")), ensure_ascii=False)
             agent.facts_kept = sum(fact in forwarded for fact in agent.facts)
     return Totals(
         sent_tokens=sum(agent.sent_tokens for agent in agents),
@@ -64,14 +70,28 @@ def settle(upstream: MockUpstream, agents: Sequence[AgentStats], counter: TokenC
         errors=sum(agent.errors for agent in agents),
         overflows=upstream.overflows,
         rejections=upstream.strict_rejections,
+        reasoning_returned=sum(_reasoning_items(request) for request in upstream.requests),
+    )
+
+
+def _reasoning_items(request: Recorded) -> int:
+    """The encrypted reasoning items in `request`, if it is a Responses API request."""
+    if not request.path.endswith("/responses"):
+        return 0
+    items = request.json().get("input")
+    return sum(
+        isinstance(item, dict) and item.get("type") == "reasoning" and "encrypted_content" in item
+        for item in (items if isinstance(items, list) else ())
     )
 
 
 def _last_forwarded(upstream: MockUpstream) -> dict[str, Recorded]:
-    """The last chat request (summaries apart) the provider got, by `Authorization` value."""
+    """The last chat or Responses request (summaries apart) the provider got, by
+    `Authorization` value."""
     summaries = {id(request) for request in upstream.summary_requests}
     last: dict[str, Recorded] = {}
     for request in upstream.requests:
-        if request.path.endswith("/chat/completions") and id(request) not in summaries:
+        conversation = request.path.endswith(("/chat/completions", "/responses"))
+        if conversation and id(request) not in summaries:
             last[request.header("authorization") or ""] = request
     return last

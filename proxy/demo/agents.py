@@ -5,14 +5,18 @@ request (it knows nothing of the proxy), runs the tools the model asks for, send
 results back, and goes on until the model answers; then the next user turn. What it sees of
 the proxy is only what any client sees: the `x-compaction-*` and `x-context-pressure`
 response headers, and the provider's `usage`, which the proxy relays untouched.
+
+`SimulatedAgent` is the harness's loop, whatever the API; `ChatAgent` speaks chat
+completions, and `proxy.demo.responses_agent.ResponsesAgent` the Responses API.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import openai
 from openai.types import CompletionUsage
@@ -22,6 +26,22 @@ from proxy.demo.streams import StreamedMessage
 from proxy.demo.workload import MODEL, TOOLS, facts, tool_output, user_message
 
 JSON = dict[str, Any]
+AgentApi = Literal["chat", "responses"]
+SYSTEM_PROMPT = "You are a coding agent."
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A tool call the model asked for, whatever the API: the client runs it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class FailedResponseError(Exception):
+    """A response that failed after its stream had started (the Responses API's
+    `response.failed`, `response.incomplete` or `error` event): the SDK does not raise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +79,14 @@ class AgentStats:
     name: str
     api_key: str
     stream: bool
+    api: AgentApi = "chat"
     session: str | None = None
     requests: int = 0
     sent_tokens: int = 0
     """The prompts as the client sent them (its whole history every time)."""
     forwarded_tokens: int = 0
-    """The prompts as the provider counted them (`usage.prompt_tokens`): what was forwarded."""
+    """The prompts as the provider counted them (`usage.prompt_tokens`, or `input_tokens`
+    on the Responses API): what was forwarded."""
     cached_tokens: int = 0
     compactions: Counter[str] = field(default_factory=Counter)
     errors: int = 0
@@ -77,8 +99,14 @@ class AgentStats:
     facts_kept: int = 0
 
 
-class SimulatedAgent:
-    """One agent: its SDK client, the history it resends, and its numbers."""
+class SimulatedAgent(ABC):
+    """One agent: its SDK client, the history it resends, and its numbers.
+
+    A subclass speaks one API: it sends the history and adds the model's answer to it
+    (`_round`), and adds a tool's result to it (`_add_result`).
+    """
+
+    api: AgentApi
 
     def __init__(
         self,
@@ -92,11 +120,12 @@ class SimulatedAgent:
         # A key of its own: the proxy keeps each key's sessions apart (a tenant), and the
         # summaries it asks for on this agent's behalf carry it too, so they can be counted.
         # Every other agent streams: the proxy's SSE path does the same work.
-        self.stats = AgentStats(name, f"sk-demo-{name}", stream=index % 2 == 1)
+        self.stats = AgentStats(name, f"sk-demo-{name}", stream=index % 2 == 1, api=self.api)
         self._base_url = base_url
         self._counter = counter
         self._on_turn = on_turn
-        self._messages: list[JSON] = [{"role": "system", "content": "You are a coding agent."}]
+        self._history: list[JSON] = []
+        """The conversation after the system prompt, as the API's items or messages."""
 
     async def run(self, turns: int) -> AgentStats:
         """Play `turns` user turns, one after the other, reporting each."""
@@ -115,60 +144,89 @@ class SimulatedAgent:
 
     async def _turn(self, sdk: openai.AsyncOpenAI, turn: int) -> TurnReport:
         """Send the user's message, run the requested tools until the model answers."""
-        mark = len(self._messages)
-        self._messages.append({"role": "user", "content": user_message(self.index, turn)})
+        mark = len(self._history)
+        # An easy input message: the same dict on both APIs.
+        self._history.append({"role": "user", "content": user_message(self.index, turn)})
         shown: Exchange | None = None
         try:
             while True:
-                message, exchange = await self._complete(sdk)
+                calls, exchange = await self._round(sdk)
                 shown = _more_telling(shown, exchange)
-                self._messages.append(message)
-                calls = message.get("tool_calls") or []
                 if not calls:
                     return TurnReport(self.stats.name, turn, shown)
-                self._run_tools(calls)
-        except openai.APIError as exc:
+                for call in calls:
+                    output = tool_output(call.name, call.arguments, self.stats.requests)
+                    self._add_result(call, output)
+        except (openai.APIError, FailedResponseError) as exc:
             # The turn is abandoned, as an agent would; the error is counted and shown.
-            del self._messages[mark:]
+            del self._history[mark:]
             self.stats.errors += 1
             self.stats.error_samples.append(f"{type(exc).__name__}: {exc}"[:300])
             return TurnReport(self.stats.name, turn, shown, error=type(exc).__name__)
 
-    async def _complete(self, sdk: openai.AsyncOpenAI) -> tuple[JSON, Exchange]:
-        body: JSON = {"model": MODEL, "messages": self._messages, "tools": TOOLS}
-        sent = self._counter.request(body)
-        self.stats.sent_tokens += sent
+    @abstractmethod
+    async def _round(self, sdk: openai.AsyncOpenAI) -> tuple[list[Call], Exchange]:
+        """Send the history; add the model's answer to it; the tool calls it asks for."""
+
+    @abstractmethod
+    def _add_result(self, call: Call, output: str) -> None:
+        """Add `call`'s result to the history."""
+
+    def _sending(self, tokens: int) -> None:
+        """Count a request of `tokens` (the client's count), answered or not."""
+        self.stats.sent_tokens += tokens
         self.stats.requests += 1
+
+    def _note(self, tokens: int, headers: Mapping[str, str]) -> Exchange:
+        """What the answer's headers say the proxy did to a request of `tokens`."""
+        exchange = _exchange(tokens, headers)
+        self.stats.session = exchange.session or self.stats.session
+        if exchange.compacted:
+            self.stats.compactions[exchange.action] += 1
+        return exchange
+
+    def _bill(self, prompt_tokens: int, cached_tokens: int | None) -> None:
+        """What `usage` said the provider was sent, and read from its prompt cache."""
+        self.stats.forwarded_tokens += prompt_tokens
+        self.stats.cached_tokens += cached_tokens or 0
+
+
+class ChatAgent(SimulatedAgent):
+    """An agent on chat completions: the system prompt and the messages, every time."""
+
+    api: AgentApi = "chat"
+
+    async def _round(self, sdk: openai.AsyncOpenAI) -> tuple[list[Call], Exchange]:
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, *self._history]
+        body: JSON = {"model": MODEL, "messages": messages, "tools": TOOLS}
+        sent = self._counter.request(body)
+        self._sending(sent)
         if self.stats.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         raw = await sdk.chat.completions.with_raw_response.create(**body)
-        exchange = _exchange(sent, raw.headers)
-        self._note(exchange)
+        exchange = self._note(sent, raw.headers)
         parsed = raw.parse()
         if isinstance(parsed, openai.AsyncStream):
             message, usage = await _assemble(parsed)
         else:
             message, usage = parsed.choices[0].message.model_dump(exclude_none=True), parsed.usage
-        self._bill(usage)
-        return message, exchange
+        self._bill_usage(usage)
+        self._history.append(message)
+        return [_chat_call(call) for call in message.get("tool_calls") or []], exchange
 
-    def _note(self, exchange: Exchange) -> None:
-        self.stats.session = exchange.session or self.stats.session
-        if exchange.compacted:
-            self.stats.compactions[exchange.action] += 1
-
-    def _bill(self, usage: CompletionUsage | None) -> None:
+    def _bill_usage(self, usage: CompletionUsage | None) -> None:
         if usage is None:
             return
-        self.stats.forwarded_tokens += usage.prompt_tokens
         details = usage.prompt_tokens_details
-        self.stats.cached_tokens += (details.cached_tokens or 0) if details else 0
+        self._bill(usage.prompt_tokens, details.cached_tokens if details else 0)
 
-    def _run_tools(self, calls: list[JSON]) -> None:
-        for call in calls:
-            function = call["function"]
-            output = tool_output(function["name"], function["arguments"], self.stats.requests)
-            self._messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+    def _add_result(self, call: Call, output: str) -> None:
+        self._history.append({"role": "tool", "tool_call_id": call.id, "content": output})
+
+
+def _chat_call(call: JSON) -> Call:
+    function = call["function"]
+    return Call(call["id"], function["name"], function["arguments"])
 
 
 def _exchange(sent: int, headers: Mapping[str, str]) -> Exchange:

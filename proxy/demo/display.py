@@ -136,7 +136,8 @@ def _plural(count: int, noun: str) -> str:
 
 
 _COLUMNS: Final = (
-    ("agent", "<26"),
+    ("agent", "<27"),
+    ("api", "<9"),
     ("sent", ">11"),
     ("forwarded", ">11"),
     ("saved", ">6"),
@@ -149,7 +150,8 @@ _COLUMNS: Final = (
 
 
 def table(agents: Sequence[AgentStats], totals: Totals) -> str:
-    """Per agent: tokens sent against forwarded, compactions, summaries, cache, errors."""
+    """Per agent: its API, tokens sent against forwarded, compactions, summaries, cache,
+    errors."""
     rows = [tuple(name for name, _ in _COLUMNS)]
     rows += [_agent_row(agent) for agent in agents]
     rows.append(_totals_row(agents, totals))
@@ -167,6 +169,7 @@ def _agent_row(agent: AgentStats) -> tuple[str, ...]:
     spent = agent.forwarded_tokens + agent.summary_tokens
     return (
         f"{agent.name} {(agent.session or '-')[:8]} ({mode})",
+        agent.api,
         f"{agent.sent_tokens:,}",
         f"{agent.forwarded_tokens:,}",
         _share(1 - spent / agent.sent_tokens if agent.sent_tokens else 0.0),
@@ -184,6 +187,7 @@ def _totals_row(agents: Sequence[AgentStats], totals: Totals) -> tuple[str, ...]
     forwarded = totals.forwarded_tokens
     return (
         "all",
+        "",
         f"{totals.sent_tokens:,}",
         f"{forwarded:,}",
         _share(totals.saved_share),
@@ -207,8 +211,14 @@ def notes(agents: Sequence[AgentStats], totals: Totals) -> str:
         f"'saved' counts the summaries' own prompts ({totals.summary_tokens:,} tokens) as spent; "
         "'cached' is the share of forwarded tokens the provider's prompt cache served.",
         f"The provider refused {totals.overflows} requests as too long (the proxy retries "
-        f"those) and {totals.rejections} for broken tool pairing or role order.",
+        f"those) and {totals.rejections} for broken tool pairing or role order (or, on the "
+        "Responses API, reasoning parted from its items or altered).",
     ]
+    if totals.reasoning_returned:
+        lines.append(
+            f"The Responses API agents sent {totals.reasoning_returned:,} encrypted reasoning "
+            "items back with their calls and answers; the provider verified each."
+        )
     for agent in agents:
         lines += [f"{agent.name}: {sample}" for sample in agent.error_samples[:3]]
     return "\n".join(lines)

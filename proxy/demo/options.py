@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Final, Literal
+
+Api = Literal["chat", "responses", "both"]
+APIS: Final[tuple[Api, ...]] = ("chat", "responses", "both")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +20,8 @@ class Options:
     free port."""
     wait: bool = True
     """Keep serving after the sessions (for the dashboard) until SIGINT or SIGTERM."""
+    api: Api = "chat"
+    """What the agents speak: chat completions, the Responses API, or half of them each."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,11 +51,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit after the final table instead of serving the dashboard until Ctrl-C",
     )
+    parser.add_argument(
+        "--api",
+        choices=APIS,
+        default=defaults.api,
+        help="what the agents speak: chat completions, the Responses API (a reasoning model, "
+        "stateless, as Codex is), or half of them each (default: chat)",
+    )
 
 
 def options_from(args: argparse.Namespace) -> Options:
     """The options `add_arguments`' flags parsed to."""
-    return Options(agents=args.agents, turns=args.turns, port=args.demo_port, wait=not args.no_wait)
+    return Options(
+        agents=args.agents,
+        turns=args.turns,
+        port=args.demo_port,
+        wait=not args.no_wait,
+        api=args.api,
+    )
 
 
 def _positive(value: str) -> int:

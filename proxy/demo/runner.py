@@ -5,6 +5,11 @@ Everything is the real thing on real sockets in one event loop: the proxy is
 `proxy.mock_upstream.MockUpstream` with a small window, strict about tool pairing and role
 order as OpenAI and strict chat templates are, playing the agents' model and the proxy's
 summarizer; the agents use the official OpenAI SDK. Nothing needs a key or the network.
+
+On the Responses API (`--api responses`, or half the agents with `--api both`) the mock is a
+reasoning model: each response opens with a reasoning item carrying `encrypted_content`,
+and it refuses a call or message sent back without its reasoning item, or with that item's
+ciphertext altered, as OpenAI does.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.core.tokens import O200K_BASE, TokenCounter
 from proxy.demo import display
 from proxy.demo.accounting import Totals, settle
-from proxy.demo.agents import AgentStats, SimulatedAgent
+from proxy.demo.agents import AgentStats, ChatAgent, SimulatedAgent
 from proxy.demo.options import Options
+from proxy.demo.responses_agent import ResponsesAgent
 from proxy.demo.servers import listening_socket, serve
 from proxy.demo.workload import MODEL, SCRIPT
 from proxy.mock_upstream import MockUpstream
@@ -91,6 +97,8 @@ def _mock(encoders: Encoders) -> MockUpstream:
         strict=True,
         roles_alternate=True,
         agent=SCRIPT,
+        # Harmless to chat: on /v1/responses only, and only when asked to include it.
+        responses_reasoning=True,
         summary_quality="good",
         models=(MODEL,),
         encoders=encoders,
@@ -126,6 +134,7 @@ def _header(options: Options, settings: Settings, urls: tuple[str, str], encoder
     notes = [
         f"model     {MODEL}: {WINDOW:,}-token window, strict tool pairing and role order, "
         "prompt cache, a summarizer that keeps the facts",
+        f"agents    {_apis(options)}",
         f"tokenizer {tokenizer}",
         f"compacts  at {context.compression_trigger:.0%} of the window less the "
         f"{context.output_reserved:,}-token output reserve, "
@@ -146,7 +155,7 @@ async def _simulate(
     """All agents' sessions at once, a line per turn as they go."""
     progress = display.Progress(out, agents=options.agents, turns=options.turns, live=out.isatty())
     agents = [
-        SimulatedAgent(index, f"{proxy_url}/v1", counter, progress.turn)
+        _agent(options, index)(index, f"{proxy_url}/v1", counter, progress.turn)
         for index in range(options.agents)
     ]
     progress.start()
@@ -154,6 +163,26 @@ async def _simulate(
         return tuple(await asyncio.gather(*(agent.run(options.turns) for agent in agents)))
     finally:
         progress.close()
+
+
+def _agent(options: Options, index: int) -> type[SimulatedAgent]:
+    """Agent `index`'s kind: with `both`, the first half (rounded up) on chat completions."""
+    if options.api == "both":
+        return ChatAgent if index < (options.agents + 1) // 2 else ResponsesAgent
+    return ChatAgent if options.api == "chat" else ResponsesAgent
+
+
+def _apis(options: Options) -> str:
+    """What the header says of the agents' API."""
+    responses = sum(_agent(options, index) is ResponsesAgent for index in range(options.agents))
+    chat = options.agents - responses
+    parts = [f"{chat} on chat completions"] if chat else []
+    if responses:
+        parts.append(
+            f"{responses} on the Responses API (stateless, whole history as items, encrypted "
+            "reasoning sent back; the mock refuses it parted or altered)"
+        )
+    return "; ".join(parts)
 
 
 async def _until(stop: asyncio.Event, work: Awaitable[T]) -> T | None:

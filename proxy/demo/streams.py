@@ -1,5 +1,6 @@
-"""A streamed chat completion added up into the assistant message it carries, as a client
-that resends its history must (the demo's agents, the benchmark's, the tests')."""
+"""A stream added up into what it carries, as a client that resends its history must (the
+demo's agents, the benchmark's, the tests'): a chat completion's assistant message
+(`StreamedMessage`), a Responses API response's output items (`StreamedResponse`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,15 @@ from typing import Any
 
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk
+from openai.types.responses import (
+    ResponseCompletedEvent,
+    ResponseErrorEvent,
+    ResponseFailedEvent,
+    ResponseIncompleteEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseStreamEvent,
+    ResponseUsage,
+)
 
 
 class StreamedMessage:
@@ -41,3 +51,40 @@ class StreamedMessage:
                 for c in self._calls.values()
             ]  # fmt: skip
         return message
+
+
+class StreamedResponse:
+    """Fed a Responses API stream's events in order: `output()` is the output items they
+    carry, `usage` the completed response's, `failure` what went wrong if it did not complete.
+
+    The items are taken from `response.output_item.done`, as Codex does: each arrives whole
+    there (a reasoning item with its `encrypted_content`), so the deltas need no adding up.
+    """
+
+    def __init__(self) -> None:
+        self.usage: ResponseUsage | None = None
+        self.completed = False
+        self.failure: str | None = None
+        self._items: dict[int, dict[str, Any]] = {}
+
+    def add(self, event: ResponseStreamEvent) -> None:
+        if isinstance(event, ResponseOutputItemDoneEvent):
+            self._items[event.output_index] = event.item.model_dump(exclude_none=True)
+        elif isinstance(event, ResponseCompletedEvent):
+            self.completed = True
+            self.usage = event.response.usage
+            # The final response carries the items too, for a provider that sent no
+            # `output_item.done` events.
+            for index, item in enumerate(event.response.output):
+                self._items.setdefault(index, item.model_dump(exclude_none=True))
+        elif isinstance(event, ResponseFailedEvent):
+            error = event.response.error
+            self.failure = "response.failed" + (f": {error.code}: {error.message}" if error else "")
+        elif isinstance(event, ResponseIncompleteEvent):
+            details = event.response.incomplete_details
+            self.failure = f"response.incomplete: {details.reason if details else None}"
+        elif isinstance(event, ResponseErrorEvent):
+            self.failure = f"error: {event.code}: {event.message}"
+
+    def output(self) -> list[dict[str, Any]]:
+        return [self._items[index] for index in sorted(self._items)]

@@ -37,6 +37,12 @@ TOOLS: Final[list[Any]] = [
     )
 ]
 
+RESPONSES_TOOLS: Final[list[Any]] = [
+    # The Responses API's function tools are flat: no nested `function`.
+    {"type": "function", **tool["function"], "strict": False}
+    for tool in TOOLS
+]
+
 _MODULES: Final = ("parser", "handlers", "billing", "auth", "search", "storage", "cli", "api")
 
 # The calls the model makes, in order, for all agents together (the mock plays one model).
