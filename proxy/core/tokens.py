@@ -46,6 +46,7 @@ from typing import Any, Final, Protocol
 
 from proxy.core.digests import Digests, digest
 from proxy.core.messages import is_instruction, role, text, tool_calls
+from proxy.core.responses import ATTACHED
 
 
 class TextEncoder(Protocol):
@@ -184,6 +185,14 @@ FILE_TOKENS: Final = 1_600
 """A `file` part (a PDF by id or by data): the proxy cannot see inside, so this is one page's
 worth (its text and its page image). Large documents exceed it; calibration and the
 overflow handling correct what this misses."""
+
+REASONING_ITEM_TOKENS: Final = 4
+"""Framing per Responses API `reasoning` item, as per message."""
+ENCRYPTED_CHARS_PER_TOKEN: Final = 16 / 3
+"""A reasoning item's `encrypted_content` is the base64 of its encrypted reasoning: 4
+characters per 3 bytes, and about 4 bytes per token of reasoning. Priced as its compact JSON
+instead, it would count some three times that; and OpenAI does not even count the reasoning
+of turns before the last user message, so this still errs high there."""
 
 EXACT_MAX_BYTES: Final = 4 * 1024 * 1024
 """Texts longer than this in UTF-8 count as their byte length, never encoded: 4 MiB is over
@@ -397,8 +406,27 @@ class TokenCounter:
             return FILE_TOKENS
         if kind == "refusal" and "refusal" in part:
             return self._value(part["refusal"])
+        if kind == ATTACHED and _is_reasoning(part.get("item")):
+            return self._reasoning(part["item"])
         # An unknown part type counts as its JSON: some cost, rather than none.
         return self._value(part)
+
+    def _reasoning(self, item: Mapping[str, Any]) -> int:
+        """A Responses API reasoning item: its summary and visible reasoning as text, and
+        the reasoning its ciphertext holds (`ENCRYPTED_CHARS_PER_TOKEN`)."""
+        tokens = REASONING_ITEM_TOKENS
+        for field in ("summary", "content"):
+            parts = item.get(field)
+            if isinstance(parts, list):
+                tokens += self._encode(text({"content": parts})) + self._content_extras(parts)
+            elif parts is not None:
+                tokens += self._value(parts)
+        encrypted = item.get("encrypted_content")
+        if isinstance(encrypted, str):
+            tokens += math.ceil(len(encrypted) / ENCRYPTED_CHARS_PER_TOKEN)
+        elif encrypted is not None:
+            tokens += self._value(encrypted)
+        return tokens
 
     def _tool_call(self, call: Mapping[str, Any]) -> int:
         function = call.get("function")
@@ -552,3 +580,7 @@ _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, de
 
 def _compact(value: object) -> str:
     return _COMPACT.encode(value)
+
+
+def _is_reasoning(item: object) -> bool:
+    return isinstance(item, dict) and item.get("type") == "reasoning"

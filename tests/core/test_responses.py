@@ -31,7 +31,7 @@ from proxy.core.responses import (
     to_messages,
 )
 from proxy.core.splice import merge_text, splice
-from proxy.core.tokens import ApproximateEncoder, TokenCounter
+from proxy.core.tokens import REASONING_ITEM_TOKENS, ApproximateEncoder, TokenCounter
 from proxy.core.tool_results import clear
 from proxy.core.units import UnitKind, group_units, is_well_formed
 
@@ -223,8 +223,28 @@ def test_attached_items_are_counted_and_the_private_key_is_not() -> None:
         to_messages([reasoning(400), msg("user", "same words")]),
     )
     assert counter.message(plain[0]) == counter.message(without_items(plain[0]))
-    assert counter.message(with_reasoning[0]) > counter.message(plain[0]) + 100
+    assert counter.message(with_reasoning[0]) > counter.message(plain[0]) + 60
     assert text(with_reasoning[0]) == "same words"
+
+
+def test_reasoning_costs_the_reasoning_its_ciphertext_holds_and_its_summary() -> None:
+    counter = TokenCounter(ApproximateEncoder(), cache_size=0)
+    bare = {"type": "reasoning", "id": "rs_1", "summary": []}
+
+    def cost(item: Any) -> int:
+        [message] = to_messages([item, msg("user", "same words")])
+        return counter.message(message) - counter.message(
+            to_messages([msg("user", "same words")])[0]
+        )
+
+    assert cost(bare) == REASONING_ITEM_TOKENS
+    assert cost({**bare, "encrypted_content": "A" * 1600}) == REASONING_ITEM_TOKENS + 300
+    summary = [{"type": "summary_text", "text": "I should read the config first."}]
+    assert cost({**bare, "summary": summary}) > REASONING_ITEM_TOKENS + 5
+    visible = [{"type": "reasoning_text", "text": "I should read the config first."}]
+    assert cost({**bare, "content": visible}) == cost({**bare, "summary": summary})
+    # Odd shapes still cost something.
+    assert cost({**bare, "summary": "loose", "encrypted_content": 7}) > REASONING_ITEM_TOKENS
 
 
 # Messages the core changed or made
