@@ -36,16 +36,20 @@ async def small_window_app(
         yield app, client
 
 
+async def served_or_refused(app: FastAPI, client: httpx.AsyncClient, body: object) -> None:
+    """`body` posted: never a 5xx, and the background work it started raised nothing."""
+    response = await client.post(RESPONSES, content=encode(body), headers=HEADERS)
+    await app.state.service.settle()
+    assert background_failures(app) == 0
+    assert_served_or_refused(response)
+
+
 @FUZZ
 @given(body=responses_bodies)
 async def test_responses_shaped_bodies_never_get_a_5xx(
     small_window_app: tuple[FastAPI, httpx.AsyncClient], body: object
 ) -> None:
-    app, client = small_window_app
-    response = await client.post(RESPONSES, content=encode(body), headers=HEADERS)
-    await app.state.service.settle()
-    assert background_failures(app) == 0
-    assert_served_or_refused(response)
+    await served_or_refused(*small_window_app, body)
 
 
 @FUZZ
@@ -53,8 +57,4 @@ async def test_responses_shaped_bodies_never_get_a_5xx(
 async def test_conversations_compacted_in_a_small_window_never_get_a_5xx(
     small_window_app: tuple[FastAPI, httpx.AsyncClient], body: object
 ) -> None:
-    app, client = small_window_app
-    response = await client.post(RESPONSES, content=encode(body), headers=HEADERS)
-    await app.state.service.settle()
-    assert background_failures(app) == 0
-    assert_served_or_refused(response)
+    await served_or_refused(*small_window_app, body)
