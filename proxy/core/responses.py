@@ -46,7 +46,7 @@ rebuilt from the new content; a message the core made (a summary) becomes a mess
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from proxy.core.messages import Message
@@ -114,7 +114,10 @@ def responses_body(view: Mapping[str, Any], messages: Sequence[Message]) -> dict
             body["instructions"] = message.get("content")
         else:
             rest.append(message)
-    body["input"] = to_items(rest)
+    # The messages the core kept are the very dicts `chat_view` made: their items are given
+    # back as they came without deriving each message again to find it unchanged.
+    kept = {id(message) for message in view.get("messages", ())}
+    body["input"] = to_items(rest, kept=kept)
     return body
 
 
@@ -255,16 +258,20 @@ def _chat_part(part: Any) -> Any:
     return part
 
 
-def to_items(messages: Sequence[Message]) -> list[Any]:
-    """Responses `input` items for chat messages made by `to_messages` or by the core."""
-    return [item for message in messages for item in _items_of(message)]
+def to_items(messages: Sequence[Message], *, kept: Collection[int] = ()) -> list[Any]:
+    """Responses `input` items for chat messages made by `to_messages` or by the core.
+
+    `kept`: the `id()`s of messages known to be exactly what `to_messages` made (alive, and
+    never changed in place: the core makes a new dict for every change).
+    """
+    return [item for message in messages for item in _items_of(message, kept)]
 
 
-def _items_of(message: Message) -> list[Any]:
+def _items_of(message: Message, kept: Collection[int]) -> list[Any]:
     group = message.get(ITEMS)
     if not isinstance(group, list):
         return _made(message)
-    if _derive(group) == {k: v for k, v in message.items() if k != ITEMS}:
+    if id(message) in kept or _derive(group) == {k: v for k, v in message.items() if k != ITEMS}:
         return group
     return _changed(message, group)
 

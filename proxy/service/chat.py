@@ -112,14 +112,16 @@ class ChatForwarder:
         self, turn: Turn, messages: list[Message], estimate: int, access: Access
     ) -> _Sent:
         request = turn.request
-        body = wire_body(request, messages)
         usage_added = False
         if request.stream and request.api is Api.CHAT:
-            body, usage_added = with_usage_requested(body)
-        unchanged = messages == request.messages and not usage_added
+            usage_added = with_usage_requested(request.body)[1]
         # Unchanged: the client's own bytes. Changed: one deterministic serialization, so a
         # frozen prefix is the same bytes on every request (the provider caches by prefix).
-        payload = request.raw if unchanged else _dumps(body)
+        if messages == request.messages and not usage_added:
+            payload = request.raw
+        else:
+            body = wire_body(request, messages)
+            payload = _dumps(with_usage_requested(body)[0] if usage_added else body)
         headers = upstream_request_headers(
             turn.incoming.headers, api_key=self._api_key, identity_encoding=True
         )

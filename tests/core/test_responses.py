@@ -662,6 +662,8 @@ def test_compaction_never_splits_a_call_from_its_output_nor_reasoning_from_its_f
     for result in (plan, emergency):
         forwarded = result.messages if isinstance(result, Compacted) else view["messages"]
         sent = responses_body(view, forwarded)
+        # The fast path (messages kept by identity) gives what deriving each one gives.
+        assert sent["input"] == to_items(forwarded[1:])
         assert sent["instructions"] == "You are an agent."
         _pairs_kept(sent["input"])
         _follower_kept(items, sent["input"])
