@@ -77,6 +77,8 @@ def _kind(item: object) -> _Kind:
     if not isinstance(item, dict):
         return _Kind.OPAQUE
     kind = item.get("type")
+    if kind is not None and not isinstance(kind, str):
+        return _Kind.OPAQUE  # a type that is no name (a list, an object) is no known item
     if kind in (None, "message") and isinstance(item.get("role"), str):
         return _Kind.ASSISTANT if item["role"] == "assistant" else _Kind.MESSAGE
     if kind in _CALLS:

@@ -210,6 +210,13 @@ def test_input_of_only_reasoning_is_a_stray_never_compacted() -> None:
     assert to_items(messages) == items
 
 
+def test_an_item_whose_type_is_no_name_is_opaque() -> None:
+    # A list is unhashable: looking it up among the known types once raised (a 500).
+    odd = [{"type": []}, {"type": {"a": 1}}, {"type": 3}]
+    assert to_items(to_messages([msg("user"), *odd])) == [msg("user"), *odd]
+    assert groups([msg("user"), *odd]) == [[msg("user"), *odd]]
+
+
 def test_non_dict_and_roleless_items_are_opaque() -> None:
     items: list[Any] = [msg("user"), 42, {"content": "no role"}, {"type": "mystery"}]
     assert groups(items) == [items]
