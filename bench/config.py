@@ -8,8 +8,13 @@ requests (enough for stable percentiles, not so many that it dominates the run).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from proxy.mock_upstream import SummaryQuality
+
+Api = Literal["chat", "responses"]
+"""The API a matrix cell's client speaks: chat completions or the Responses API."""
+APIS: Final[tuple[Api, ...]] = ("chat", "responses")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,9 @@ class Size:
     """How long each matrix session grows the client's history, in windows."""
     matrix_max_calls: int
     """...but no more model calls than this per cell."""
+    matrix_apis: tuple[Api, ...] = APIS
+    """Each cell runs once per API: the same workload over chat completions and over the
+    Responses API."""
 
 
 SIZES = {

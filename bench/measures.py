@@ -195,6 +195,8 @@ class CellResult:
     bulk: float
     target: float
     """The landing target judged: the default `compaction_target`."""
+    api: str = "chat"
+    """The API the client spoke: `chat` (completions) or `responses`."""
     model_calls: int = 0
     user_turns: int = 0
     client_errors: int = 0
@@ -217,7 +219,7 @@ class CellResult:
 
     @property
     def name(self) -> str:
-        return f"{self.window // 1024}k {self.workload} {self.summarizer}"
+        return f"{self.window // 1024}k {self.workload} {self.summarizer} ({self.api})"
 
     @property
     def compactions(self) -> int:

@@ -18,7 +18,7 @@ from bench.measures import (
     median,
 )
 from bench.profiling import Profile
-from bench.targets import Verdict, cell_misses, pressure
+from bench.targets import API_NAMES, Verdict, cell_misses, pressure
 from bench.workloads import KINDS, TITLES
 
 _LABELS = {DIRECT: "direct", PROXY: "compaction-proxy", LITELLM: "LiteLLM proxy"}
@@ -287,14 +287,48 @@ def _matrix_row(cell: CellResult) -> list[str]:
     misses = cell_misses(cell)
     return [
         f"{cell.window:,}", TITLES.get(cell.workload, cell.workload),
-        cell.summarizer, str(cell.model_calls), f"{cell.history_windows:.1f}",
+        cell.summarizer, cell.api, str(cell.model_calls), f"{cell.history_windows:.1f}",
         str(cell.compactions), num(cell.requests_per_compaction),
         f"{cell.landings_above_target}{highest}",
         f"{cell.overflows} / {cell.overflows_after_calibration}",
         f"{kept}/{checked}", f"{cell.cache_share:.0%}", f"{cell.prefix_stable_share:.0%}",
-        str(cell.summary_calls), str(cell.client_errors), f"{cell.wall_s:.1f}",
-        "**" + ", ".join(misses) + "**" if misses else "none",
+        str(cell.summary_calls), str(cell.client_errors), str(cell.strict_rejections),
+        f"{cell.wall_s:.1f}", "**" + ", ".join(misses) + "**" if misses else "none",
     ]  # fmt: skip
+
+
+_COMPARED: tuple[tuple[str, Callable[[CellResult], str]], ...] = (
+    ("calls", lambda c: str(c.model_calls)),
+    ("requests / compaction", lambda c: num(c.requests_per_compaction)),
+    ("highest landing", lambda c: pressure(max(c.landing_pressures)) if c.compactions else "-"),
+    ("over window after calibration", lambda c: str(c.overflows_after_calibration)),
+    ("kept", lambda c: "{}/{}".format(*c.kept())),
+    ("cache", lambda c: f"{c.cache_share:.0%}"),
+    ("prefix-stable", lambda c: f"{c.prefix_stable_share:.0%}"),
+    ("summary calls", lambda c: str(c.summary_calls)),
+    ("errors", lambda c: str(c.client_errors)),
+    ("strict refusals", lambda c: str(c.strict_rejections)),
+    ("targets missed", lambda c: ", ".join(cell_misses(c)) or "none"),
+)
+
+
+def _api_comparison(cells: list[CellResult]) -> list[str]:
+    """Each cell's APIs side by side, `chat / responses`, where both ran."""
+    apis = list(dict.fromkeys(cell.api for cell in cells))
+    pairs: dict[tuple[int, str, str], dict[str, CellResult]] = {}
+    for cell in cells:
+        pairs.setdefault((cell.window, cell.workload, cell.summarizer), {})[cell.api] = cell
+    rows = [
+        [f"{window:,}", TITLES.get(workload, workload), summarizer,
+         *(" / ".join(value(by_api[api]) for api in apis) for _, value in _COMPARED)]
+        for (window, workload, summarizer), by_api in pairs.items()
+        if len(by_api) == len(apis)
+    ]  # fmt: skip
+    if len(apis) < 2 or not rows:
+        return []
+    names = " / ".join(API_NAMES.get(api, api) for api in apis)
+    header = ("window", "workload", "summarizer", *(name for name, _ in _COMPARED))
+    return [f"The same cells side by side, {names}:", "", *_table(header, rows, 3)]
 
 
 def _typed_rows(cells: list[CellResult]) -> list[list[str]]:
@@ -304,7 +338,7 @@ def _typed_rows(cells: list[CellResult]) -> list[list[str]]:
             continue
         counts = [cell.kept(kind) for kind in KINDS]
         kept, checked = cell.kept()
-        row = [f"{cell.window:,}", cell.summarizer, *(f"{k}/{n}" for k, n in counts)]
+        row = [f"{cell.window:,}", cell.summarizer, cell.api, *(f"{k}/{n}" for k, n in counts)]
         rows.append([*row, f"{kept}/{checked}"])
     return rows
 
@@ -340,8 +374,15 @@ def _matrix_intro(cells: list[CellResult]) -> str:
         "default `compaction_target`), with the highest landing. Over window: requests the "
         "mock refused for its window, all / after the first answer (the first calibration). "
         "Kept: the user's statements (each topic's latest value) as exact substrings of the "
-        "last forwarded chat request. Cache: cached / prompt tokens; prefix-stable: "
-        "forwarded requests extending the previous one." + bulk
+        "last forwarded request (its messages; for `responses` its instructions and input, "
+        "summary requests apart). Cache: cached / prompt tokens; prefix-stable: "
+        "forwarded requests extending the previous one. API: each cell runs the same "
+        "workload over chat completions (`chat`) and over the Responses API (`responses`: "
+        "stateless, `store` false, the model's reasoning items sent back with their "
+        "`encrypted_content`, which the mock refuses altered or parted from the items they "
+        "preceded); for `responses` the history is counted as the provider counts items "
+        "(a reasoning item as a quarter of its ciphertext). Strict refusals: requests the "
+        "mock refused for broken tool pairing, role order or reasoning items." + bulk
     )
 
 
@@ -349,21 +390,22 @@ def _matrix(run: Run) -> list[str]:
     if not run.cells:
         return []
     header = (
-        "window", "workload", "summarizer", "calls", "history (windows)", "compactions",
+        "window", "workload", "summarizer", "API", "calls", "history (windows)", "compactions",
         "requests / compaction", "above target (highest)", "over window (after calibration)",
-        "kept", "cache", "prefix-stable", "summary calls", "errors", "wall s",
-        "targets missed",
+        "kept", "cache", "prefix-stable", "summary calls", "errors", "strict refusals",
+        "wall s", "targets missed",
     )  # fmt: skip
     typed = _typed_rows(run.cells)
-    typed_header = ("window", "summarizer", *KINDS, "all")
+    typed_header = ("window", "summarizer", "API", *KINDS, "all")
     return [
         "## Effectiveness matrix",
         "",
         _matrix_intro(run.cells),
         "",
-        *_table(header, [_matrix_row(cell) for cell in run.cells], 3),
+        *_table(header, [_matrix_row(cell) for cell in run.cells], 4),
+        *_api_comparison(run.cells),
         *(
-            ["Typed statements kept, by type:", "", *_table(typed_header, typed, 2)]
+            ["Typed statements kept, by type:", "", *_table(typed_header, typed, 3)]
             if typed
             else []
         ),

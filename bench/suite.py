@@ -11,8 +11,9 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
    through each proxy, interleaved in rounds (`bench/cases/overhead.py`).
 2. Effectiveness: a long scripted agent session through the proxy against a mock with a small
    window, and straight to the mock (`bench/cases/session.py`).
-3. The effectiveness matrix: windows x workloads x summarizers, each cell a scripted session
-   through a proxy on its default settings (`bench/cases/matrix.py`, `bench/workloads.py`).
+3. The effectiveness matrix: windows x workloads x summarizers x APIs (chat completions and
+   the Responses API), each cell a scripted session through a proxy on its default settings
+   (`bench/cases/matrix.py`, `bench/cases/matrix_clients.py`, `bench/workloads.py`).
 4. The store under load: concurrent streams, each its own conversation, through the proxy on
    a private redis-server; its store errors and what Redis kept (`bench/cases/store_load.py`).
 5. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
@@ -238,7 +239,8 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
             "not run (--no-matrix)"
             if args.no_matrix
             else f"windows {', '.join(f'{w:,}' for w in size.matrix_windows)}; "
-            f"summarizers {', '.join(size.matrix_summarizers)}; sessions grow to "
+            f"summarizers {', '.join(size.matrix_summarizers)}; APIs "
+            f"{', '.join(size.matrix_apis)}; sessions grow to "
             f"{size.matrix_history:g} windows of history, at most {size.matrix_max_calls} "
             "model calls per cell"
         ),

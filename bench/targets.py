@@ -175,6 +175,14 @@ def _all_kept(cell: CellResult) -> tuple[bool | None, str]:
     return kept == checked, f"{kept} of {checked}"  # what was lost: the report's details
 
 
+def _no_client_error(cell: CellResult) -> tuple[bool | None, str]:
+    return cell.client_errors == 0, f"{cell.client_errors} in {cell.model_calls} calls"
+
+
+def _no_strict_refusal(cell: CellResult) -> tuple[bool | None, str]:
+    return cell.strict_rejections == 0, str(cell.strict_rejections)
+
+
 def _per_cell(name: str, requirement: str, cells: list[CellResult], check: CellCheck) -> Verdict:
     """One target judged in every cell: which cells hold it, which miss it, and by how much."""
     judged = [(cell, *check(cell)) for cell in cells]
@@ -206,30 +214,43 @@ class MatrixTarget:
 
 MATRIX_TARGETS = (
     MatrixTarget(
+        "errors",
+        "client-visible errors",
+        "0 in every cell",
+        lambda cell: True,
+        _no_client_error,
+    ),
+    MatrixTarget(
+        "strict",
+        "provider refusals of broken tool pairing, role order or reasoning items",
+        "0 in every cell",
+        lambda cell: True,
+        _no_strict_refusal,
+    ),
+    MatrixTarget(
         "overflow",
-        "matrix: requests over the provider's window after the first calibration",
+        "requests over the provider's window after the first calibration",
         "0 in every cell (measured: after / all overflows)",
         lambda cell: True,
         _no_late_overflow,
     ),
     MatrixTarget(
         "landing",
-        "matrix: compactions landing above the target",
+        "compactions landing above the target",
         "0 in every cell (x-context-pressure > compaction_target {target:g})",
         lambda cell: True,
         _no_high_landing,
     ),
     MatrixTarget(
         "frequency",
-        "matrix: requests per compaction, 8k tool-heavy agent",
+        "requests per compaction, 8k tool-heavy agent",
         ">= 3",
         lambda cell: cell.window == 8_192 and cell.workload == "tool-heavy",
         _rare_compactions,
     ),
     MatrixTarget(
         "kept",
-        "matrix: user-stated rules, constraints, facts, goals, preferences kept, useless "
-        "summarizer",
+        "user-stated rules, constraints, facts, goals, preferences kept, useless summarizer",
         "100 % in every cell",
         lambda cell: cell.summarizer == "poor",
         _all_kept,
@@ -242,14 +263,19 @@ def cell_misses(cell: CellResult) -> list[str]:
     return [t.short for t in MATRIX_TARGETS if t.applies(cell) and t.check(cell)[0] is False]
 
 
+API_NAMES = {"chat": "chat completions", "responses": "Responses API"}
+
+
 def matrix_verdicts(cells: list[CellResult]) -> list[Verdict]:
-    """The matrix's targets, each judged per cell (a miss in any cell misses the target)."""
+    """The matrix's targets per API, each judged per cell (a miss in any cell misses it)."""
     verdicts = []
-    for target in MATRIX_TARGETS:
-        judged = [cell for cell in cells if target.applies(cell)]
-        if judged:
-            requirement = target.requirement.format(target=judged[0].target)
-            verdicts.append(_per_cell(target.name, requirement, judged, target.check))
+    for api in dict.fromkeys(cell.api for cell in cells):
+        for target in MATRIX_TARGETS:
+            judged = [cell for cell in cells if cell.api == api and target.applies(cell)]
+            if judged:
+                name = f"matrix, {API_NAMES.get(api, api)}: {target.name}"
+                requirement = target.requirement.format(target=judged[0].target)
+                verdicts.append(_per_cell(name, requirement, judged, target.check))
     return verdicts
 
 

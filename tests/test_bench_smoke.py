@@ -9,11 +9,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_TARGETS = (
-    "matrix: requests over the provider's window after the first calibration",
-    "matrix: compactions landing above the target",
-    "matrix: requests per compaction, 8k tool-heavy agent",
-    "matrix: user-stated rules, constraints, facts, goals, preferences kept",
+    "client-visible errors",
+    "provider refusals of broken tool pairing, role order or reasoning items",
+    "requests over the provider's window after the first calibration",
+    "compactions landing above the target",
+    "requests per compaction, 8k tool-heavy agent",
+    "user-stated rules, constraints, facts, goals, preferences kept",
 )
+APIS = ("chat completions", "Responses API")
 
 
 def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Path) -> None:
@@ -39,16 +42,23 @@ def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Pa
 
 
 def _assert_matrix(report: str) -> None:
-    """Each workload ran at the smoke size's window, without a client-visible error, and
-    every matrix target was judged (met or missed: the numbers are the policy's business)."""
+    """Each workload ran at the smoke size's window over both APIs, without a client-visible
+    error or a strict refusal, and every matrix target was judged per API (met or missed:
+    the numbers are the policy's business)."""
     start = report.index("## Effectiveness matrix")
-    matrix = report[start : report.index("Typed statements kept", start)]
+    matrix = report[start : report.index("The same cells side by side", start)]
     rows = [line.split(" | ") for line in matrix.splitlines() if line.startswith("| 8,192 | ")]
-    assert {row[1] for row in rows} == {"tool-heavy agent", "chatty assistant", "typed statements"}
+    workloads = {"tool-heavy agent", "chatty assistant", "typed statements"}
+    assert {(row[1], row[3]) for row in rows} == {
+        (workload, api) for workload in workloads for api in ("chat", "responses")
+    }
     for row in rows:
-        calls, errors = int(row[3]), int(row[13])
+        calls, errors, refusals = int(row[4]), int(row[14]), int(row[15])
         assert calls > 0, row
         assert errors == 0, row
+        assert refusals == 0, row
     targets = report[report.index("## Targets") :]
-    for name in MATRIX_TARGETS:
-        assert re.search(re.escape(name) + r".*\*\*(met|MISSED)\*\*", targets), name
+    for api in APIS:
+        for name in MATRIX_TARGETS:
+            pattern = re.escape(f"matrix, {api}: {name}") + r".*\*\*(met|MISSED)\*\*"
+            assert re.search(pattern, targets), (api, name)

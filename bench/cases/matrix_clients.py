@@ -1,0 +1,247 @@
+"""The matrix's clients: one workload, spoken over chat completions or the Responses API.
+
+Both play the same agent with the official `openai` SDK, resending the whole history every
+call as stateless clients do: the user's turn, then, while the model asks for tools, the
+model's output and each tool's result (the sizes the workload planned), until it answers.
+
+- `ChatClient`: `client.chat.completions.create`; the workload's system prompt is the first
+  message, the model's answers assistant messages, tool results `tool` messages.
+- `ResponsesClient`: `client.responses.create` as Codex and the Agents SDK with
+  `store=False` use it: the system prompt is `instructions`, the user's turns `message`
+  items with `input_text` parts, the model's output items are sent back as they came
+  (reasoning items with their `encrypted_content` included: the request asks for it), tool
+  results `function_call_output` items; tools in the Responses API's flat form.
+
+Each client also knows how to read, from the mock's recording, what the proxy forwarded in
+its API: the conversation of each forwarded request (summary requests apart) and the text
+the statement checks search.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+import openai
+
+from bench.config import Api
+from bench.measures import CellResult
+from bench.workloads import UserTurn, Workload, tool_output
+from proxy.core.tokens import TokenCounter
+from proxy.mock_upstream import MockUpstream, Recorded, responses_prompt_tokens
+
+MODEL: Final = "mock-model"
+ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
+_FALLBACK_TOOL_TOKENS: Final = 200
+"""A tool result in a turn the plan gave none (the chatty workload offers no tools)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A tool call the model asked for."""
+
+    id: str
+    name: str
+
+
+@dataclass(slots=True)
+class MatrixClient:
+    """The agent's side of one cell: the SDK, the history it resends, what it saw."""
+
+    api: ClassVar[Api]
+    path: ClassVar[str]
+    """The endpoint's path, as the mock records it."""
+
+    sdk: openai.AsyncOpenAI
+    workload: Workload
+    upstream: MockUpstream
+    counter: TokenCounter
+    cell: CellResult
+    history: list[Any] = field(default_factory=list)
+    tools_run: int = 0
+    answered: bool = False
+
+    async def turn(self, turn: UserTurn) -> None:
+        """One user turn: send, run the requested tools, repeat until the model answers."""
+        mark = len(self.history)
+        self.history.append(self._user(turn.text))
+        # An agent that asks for more rounds than planned (its turn's start compacted away)
+        # gets results of the planned sizes again.
+        sizes = itertools.cycle(turn.tool_tokens or (_FALLBACK_TOOL_TOKENS,))
+        while True:
+            self.cell.model_calls += 1
+            try:
+                calls = await self._complete()
+            except openai.APIError as exc:
+                self._failed(exc)
+                del self.history[mark:]  # the turn is abandoned, as an agent would
+                return
+            if not calls:
+                return
+            for call in calls:
+                self.tools_run += 1
+                output = tool_output(call.name, next(sizes), self.tools_run, self.counter)
+                self.history.append(self._result(call, output))
+
+    def _failed(self, exc: openai.APIError) -> None:
+        self.cell.client_errors += 1
+        if len(self.cell.error_samples) < 3:
+            self.cell.error_samples.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    def _answered(self, headers: Any) -> None:
+        """What the proxy said of one answered request, in its headers."""
+        if not self.answered:
+            # The proxy calibrates its counts from the first answer's `usage`: overflows
+            # before it are the estimate's, overflows after it are the policy's.
+            self.answered = True
+            self.cell.overflows_before_first_answer = self.upstream.overflows
+        self.cell.applied.append(headers.get("x-compaction-applied", "none"))
+        self.cell.pressures.append(float(headers.get("x-context-pressure", "nan")))
+
+    def forwarded(self) -> list[Recorded]:
+        """The requests the proxy forwarded in this client's API, summary requests apart
+        (the proxy's summarizer speaks chat completions whatever the client's API)."""
+        summaries = {id(r) for r in self.upstream.summary_requests}
+        return [
+            r for r in self.upstream.requests
+            if r.path.endswith(self.path) and id(r) not in summaries
+        ]  # fmt: skip
+
+    # What each API defines.
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def _user(self, text: str) -> Any:
+        raise NotImplementedError
+
+    def _result(self, call: Call, output: str) -> Any:
+        raise NotImplementedError
+
+    async def _complete(self) -> list[Call]:
+        """One model call with the whole history; the model's output joins the history.
+        Returns the tool calls it asks for (none: it answered)."""
+        raise NotImplementedError
+
+    def history_tokens(self) -> int:
+        """The client's whole history (our count)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def conversation(body: Any) -> list[Any]:
+        """The part of a forwarded body that grows with the conversation."""
+        raise NotImplementedError
+
+    @staticmethod
+    def seen(body: Any) -> str:
+        """Every field of a forwarded body that reaches the model as the conversation:
+        wherever the proxy put a statement, the statement checks find it there."""
+        raise NotImplementedError
+
+
+class ChatClient(MatrixClient):
+    """The workload over `POST /v1/chat/completions`."""
+
+    api = "chat"
+    path = "/chat/completions"
+
+    def start(self) -> None:
+        self.history.append({"role": "system", "content": self.workload.system})
+
+    def _user(self, text: str) -> Any:
+        return {"role": "user", "content": text}
+
+    def _result(self, call: Call, output: str) -> Any:
+        return {"role": "tool", "tool_call_id": call.id, "content": output}
+
+    async def _complete(self) -> list[Call]:
+        body: dict[str, Any] = {"model": MODEL, "messages": self.history}
+        if self.workload.tools:
+            body["tools"] = list(self.workload.tools)
+        raw = await self.sdk.chat.completions.with_raw_response.create(**body)
+        self._answered(raw.headers)
+        message: dict[str, Any] = raw.parse().choices[0].message.model_dump(exclude_none=True)
+        self.history.append(message)
+        calls = message.get("tool_calls") or []
+        return [Call(call["id"], call["function"]["name"]) for call in calls]
+
+    def history_tokens(self) -> int:
+        body = {"messages": self.history, "tools": list(self.workload.tools)}
+        return self.counter.request(body)
+
+    @staticmethod
+    def conversation(body: Any) -> list[Any]:
+        messages: list[Any] = body["messages"]
+        return messages
+
+    @staticmethod
+    def seen(body: Any) -> str:
+        return json.dumps(body["messages"], ensure_ascii=False)
+
+
+def flat_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    """Chat's tool schemas in the Responses API's form: `function`'s fields at the top."""
+    return [{"type": "function", **tool["function"]} for tool in tools]
+
+
+class ResponsesClient(MatrixClient):
+    """The workload over `POST /v1/responses`, stateless (`store=False`), reasoning included."""
+
+    api = "responses"
+    path = "/responses"
+
+    def start(self) -> None:
+        pass  # the system prompt is each request's `instructions`
+
+    def _user(self, text: str) -> Any:
+        return {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        }
+
+    def _result(self, call: Call, output: str) -> Any:
+        return {"type": "function_call_output", "call_id": call.id, "output": output}
+
+    async def _complete(self) -> list[Call]:
+        body: dict[str, Any] = {
+            "model": MODEL,
+            "instructions": self.workload.system,
+            "include": [ENCRYPTED_REASONING],
+            "store": False,
+            # The same JSON as `input=`, without the SDK's walk of every item against its
+            # TypedDicts (`async_maybe_transform`): over a few hundred items that walk took
+            # 85 % of the bench process's time and made a cell 4x slower than over chat.
+            "extra_body": {"input": self.history},
+        }
+        if self.workload.tools:
+            body["tools"] = flat_tools(self.workload.tools)
+        raw = await self.sdk.responses.with_raw_response.create(**body)
+        self._answered(raw.headers)
+        output = [item.model_dump(exclude_none=True) for item in raw.parse().output]
+        self.history += output  # reasoning, message and calls, as they came
+        return [Call(i["call_id"], i["name"]) for i in output if i["type"] == "function_call"]
+
+    def history_tokens(self) -> int:
+        # As the provider counts items (a reasoning item as a quarter of its ciphertext),
+        # with our tokenizer: the proxy's count prices reasoning as its JSON, far higher.
+        body = {
+            "instructions": self.workload.system,
+            "input": self.history,
+            "tools": flat_tools(self.workload.tools),
+        }
+        return responses_prompt_tokens(body, self.counter)
+
+    @staticmethod
+    def conversation(body: Any) -> list[Any]:
+        items: list[Any] = body["input"]
+        return items
+
+    @staticmethod
+    def seen(body: Any) -> str:
+        return json.dumps([body.get("instructions"), body["input"]], ensure_ascii=False)
+
+
+CLIENTS: Final[dict[Api, type[MatrixClient]]] = {"chat": ChatClient, "responses": ResponsesClient}
