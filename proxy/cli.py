@@ -1,4 +1,5 @@
-"""The command line: `compaction-proxy serve [...]` (also `python -m proxy serve`).
+"""The command line: `compaction-proxy serve [...]` (also `python -m proxy serve`), and
+`inspect`, `demo` and `mock` (the mock provider on its own).
 
 Configuration problems exit with code 2 and one line naming the key, never a traceback:
 an operator reading a container log should see what to fix, not where Python was.
@@ -20,6 +21,8 @@ from proxy.core.urls import redact
 from proxy.demo.options import add_arguments as add_demo_arguments
 from proxy.demo.options import options_from as demo_options_from
 from proxy.errors import ConfigError
+from proxy.mock_upstream.command import add_arguments as add_mock_arguments
+from proxy.mock_upstream.command import options_from as mock_options_from
 from proxy.settings import Settings, load_settings
 
 EXIT_INPUT = 1
@@ -59,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
     _add_inspect(commands)
     _add_demo(commands)
+    _add_mock(commands)
     return parser
 
 
@@ -100,6 +104,19 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.set_defaults(run=_demo, config=None)
 
 
+def _add_mock(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mock = commands.add_parser(
+        "mock",
+        help="run the mock OpenAI-compatible provider alone, to try a client without a key",
+        description="Serve the demo's mock provider (/v1/chat/completions, /v1/responses, "
+        "/v1/models) until Ctrl-C: point `compaction-proxy serve --upstream` or any OpenAI "
+        "client at it.",
+    )
+    add_mock_arguments(mock)
+    # No --config: the mock has no settings; `main` still loads the proxy's.
+    mock.set_defaults(run=_mock, config=None)
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     """CLI flags as a partial settings mapping; flags not given override nothing."""
     flags = {
@@ -135,6 +152,12 @@ def _demo(settings: Settings, args: argparse.Namespace) -> int:
     from proxy.demo.command import main as run_demo
 
     return run_demo(demo_options_from(args))
+
+
+def _mock(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.mock_upstream.command import main as run_mock
+
+    return run_mock(mock_options_from(args))
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:

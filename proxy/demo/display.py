@@ -225,12 +225,18 @@ def notes(agents: Sequence[AgentStats], totals: Totals) -> str:
 
 
 def dashboard(base_url: str, admin_token: str, *, wait: bool) -> str:
-    """Where to look next: the dashboard, the session API, and how to stop."""
-    lines = [
-        f"Dashboard:   {base_url}/dashboard#token={admin_token}",
-        f'Session API: curl -H "Authorization: Bearer {admin_token}" '
-        f"{base_url}/v1/compaction/sessions",
-    ]
-    if wait:
-        lines.append("The proxy keeps serving; press Ctrl-C to stop.")
-    return "\n".join(lines)
+    """Where to look next: the dashboard, the session API, and how to stop; or, when the
+    proxy stops with the demo, no address that would not answer."""
+    if not wait:
+        return (
+            "The proxy stops with the demo (--no-wait): run it without --no-wait to browse "
+            "the dashboard and the session API."
+        )
+    return "\n".join(
+        [
+            f"Dashboard:   {base_url}/dashboard#token={admin_token}",
+            f'Session API: curl -H "Authorization: Bearer {admin_token}" '
+            f"{base_url}/v1/compaction/sessions",
+            "The proxy keeps serving; press Ctrl-C to stop.",
+        ]
+    )

@@ -45,6 +45,7 @@ from proxy.service.compactor import Compactor, Outcome
 from proxy.service.memory import LEARNED_TTL_S, Memory
 from proxy.service.operator import Operator
 from proxy.service.preparer import Preparer
+from proxy.service.reachability import Reachability
 from proxy.service.replies import Incoming, Reply, buffered, streamed
 from proxy.service.turns import Turn, Turns, credentials_of
 
@@ -88,6 +89,7 @@ class ProxyService:
         metrics: Metrics | None = None,
     ) -> None:
         self._upstream = upstream
+        self._reachability = Reachability(upstream, api_key=config.upstream_api_key)
         self._store = store
         self._api_key = api_key = config.upstream_api_key
         self.metrics = metrics = metrics or Metrics()
@@ -289,15 +291,25 @@ class ProxyService:
 
     def details(self) -> dict[str, str]:
         """What works in a degraded way, by part (the proxy still serves): empty when all
-        is well."""
+        is well. An upstream that did not answer the last background probe is one."""
         found = {}
+        upstream = self._reachability.problem()
+        if upstream is not None:
+            found["upstream"] = upstream
         summarizer = self._compactor.preparer.state()
         if summarizer is not None:
             found["summarizer"] = summarizer
         return found
 
     async def readiness(self) -> dict[str, str]:
-        """What is not usable, by part; empty when the proxy is ready to serve."""
+        """What is not usable, by part; empty when the proxy is ready to serve.
+
+        Ready means this replica can serve: its upstream client is open and its store
+        answers. Whether the upstream itself answers is not part of it (see
+        reachability.py): it is probed in the background, from here, at most once every
+        `PROBE_INTERVAL_S`, and shown in `details`.
+        """
+        self._reachability.renew()
         problems: dict[str, str] = {}
         if not self._upstream.is_open:
             problems["upstream"] = "the upstream client is closed"
@@ -316,6 +328,7 @@ class ProxyService:
     async def aclose(self) -> None:
         """Let background work finish; summaries being prepared are abandoned."""
         await self._compactor.preparer.aclose()
+        await self._reachability.aclose()
         await self.settle()
         await self.memory.aclose()
 

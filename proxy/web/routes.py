@@ -68,9 +68,11 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 async def readyz(request: Request) -> JSONResponse:
-    """Readiness: the upstream client and the store are usable. Parts that work degraded
-    (a summarizer whose breaker is open) are named in `details` and keep the proxy ready:
-    it still serves every request."""
+    """Readiness: this replica can serve, its upstream client open and its store usable.
+    Parts that work degraded are named in `details` and keep the proxy ready, as it still
+    serves every request: a summarizer whose breaker is open, and an upstream that did not
+    answer the last background probe (a provider's outage must not take every replica out
+    of the load balancer; its errors reach the clients either way)."""
     service = _service(request)
     problems = await service.readiness()
     details = service.details()
