@@ -8,7 +8,7 @@ functions read the few fields compaction cares about, tolerating every shape the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Message = dict[str, Any]
@@ -74,3 +74,14 @@ def has_function_call(message: Mapping[str, Any]) -> bool:
 def is_instruction(message: Mapping[str, Any]) -> bool:
     """System and developer messages: instructions, never compacted away."""
     return role(message) in INSTRUCTION_ROLES
+
+
+def leading_instructions(messages: Sequence[object]) -> int:
+    """How many messages at the start are instructions: the head every request keeps as
+    sent. A malformed message (not an object) ends it."""
+    count = 0
+    for message in messages:
+        if not (isinstance(message, Mapping) and is_instruction(message)):
+            break
+        count += 1
+    return count

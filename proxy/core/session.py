@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from proxy.core.digests import chain, digest
-from proxy.core.messages import Message, is_instruction
+from proxy.core.messages import Message, leading_instructions
 from proxy.errors import InvalidRequestError
 
 SESSION_ID_MAX_CHARS: Final = 128
@@ -62,9 +62,7 @@ def chain_hashes(
 
 def split_head(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
     """The leading instructions and the body after them."""
-    index = 0
-    while index < len(messages) and is_instruction(messages[index]):
-        index += 1
+    index = leading_instructions(messages)
     return list(messages[:index]), list(messages[index:])
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from proxy.core.digests import Digests, digest
-from proxy.core.messages import is_instruction, role, text, tool_calls
+from proxy.core.messages import leading_instructions, role, text, tool_calls
 from proxy.core.responses import ATTACHED
 
 
@@ -309,12 +309,8 @@ class TokenCounter:
         The leading instructions are the system and developer messages before anything else;
         `request(body) - fixed_overhead(body)` is what the rest of the conversation costs.
         """
-        leading: list[Mapping[str, Any]] = []
-        for message in _messages(body):
-            if not (isinstance(message, Mapping) and is_instruction(message)):
-                break
-            leading.append(message)
-        return self.messages(leading) + self.tools(body)
+        messages = _messages(body)
+        return self.messages(messages[: leading_instructions(messages)]) + self.tools(body)
 
     def unknown(self, messages: Iterable[Any]) -> list[tuple[bytes, Any]]:
         """The messages whose counts are not cached, each with its cache key."""

@@ -23,7 +23,14 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.core.messages import Message, answers, has_function_call, is_instruction, role
+from proxy.core.messages import (
+    Message,
+    answers,
+    has_function_call,
+    is_instruction,
+    leading_instructions,
+    role,
+)
 from proxy.core.messages import tool_call_ids as call_ids_of
 from proxy.core.summary import note_of
 
@@ -144,9 +151,7 @@ def pins(
     `count` of one message) it is also bounded in tokens: the cut moves forward over whole
     units until the window fits, but never past the newest unit, which is always kept.
     """
-    head = 0
-    while head < len(messages) and is_instruction(messages[head]):
-        head += 1
+    head = leading_instructions(messages)
     # A note the proxy wrote is no task, even when it stands where the task was.
     first_user = next(
         (

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from proxy.core.messages import answers, role, text, tool_call_ids, tool_call_name, tool_calls
+from proxy.core.messages import (
+    answers,
+    leading_instructions,
+    role,
+    text,
+    tool_call_ids,
+    tool_call_name,
+    tool_calls,
+)
 from tests.builders import assistant_calls, image_user, tool_result, user
 
 
@@ -33,3 +41,12 @@ def test_answers_only_for_tool_messages() -> None:
     assert answers(tool_result("c1")) == "c1"
     assert answers({"role": "user", "tool_call_id": "c1"}) is None
     assert role({"role": 3}) == ""
+
+
+def test_leading_instructions_end_at_the_first_other_message() -> None:
+    system = {"role": "system", "content": "rules"}
+    developer = {"role": "developer", "content": "more"}
+    assert leading_instructions([system, developer, user("task"), system]) == 2
+    assert leading_instructions([user("task"), system]) == 0
+    assert leading_instructions([system, "not a message", system]) == 1
+    assert leading_instructions([]) == 0
