@@ -9,7 +9,6 @@ module recognizes the command and writes the answer; the service performs it.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -84,10 +83,11 @@ def clear_text(dropped: int) -> str:
     )
 
 
-def completion(content: str, model: str | None, *, created: int) -> dict[str, Any]:
-    """A whole chat completion carrying `content` as the assistant's answer."""
+def completion(content: str, model: str | None, *, created: int, id: str) -> dict[str, Any]:
+    """A whole chat completion carrying `content` as the assistant's answer. The time and
+    the id come from the caller: the core reads no clock and draws no random numbers."""
     return {
-        "id": _completion_id(),
+        "id": id,
         "object": "chat.completion",
         "created": created,
         "model": model or "compaction-proxy",
@@ -104,11 +104,11 @@ def completion(content: str, model: str | None, *, created: int) -> dict[str, An
 
 
 def completion_events(
-    content: str, model: str | None, *, created: int, include_usage: bool
+    content: str, model: str | None, *, created: int, id: str, include_usage: bool
 ) -> bytes:
     """The same answer as a chat completion stream, `[DONE]` included."""
     base = {
-        "id": _completion_id(),
+        "id": id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model or "compaction-proxy",
@@ -129,10 +129,6 @@ def completion_events(
         chunks.append({**base, "choices": [], "usage": _no_usage()})
     events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
     return ("".join(events) + "data: [DONE]\n\n").encode()
-
-
-def _completion_id() -> str:
-    return f"chatcmpl-proxy-{secrets.token_hex(12)}"
 
 
 def _no_usage() -> dict[str, int]:

@@ -4,6 +4,7 @@ compacts the history before it, `/context` reports on what that history would fo
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import AsyncIterator
 
@@ -70,13 +71,13 @@ class ChatCommands:
 
 
 def _reply(content: str, request: ChatRequest) -> Reply:
-    created = int(time.time())
+    created, id = int(time.time()), f"chatcmpl-proxy-{secrets.token_hex(12)}"
     if not request.stream:
-        body = jsoncodec.dumps(completion(content, request.model, created=created))
+        body = jsoncodec.dumps(completion(content, request.model, created=created, id=id))
         return Reply(200, [("content-type", "application/json")], body)
     options = request.body.get("stream_options")
     usage = isinstance(options, dict) and options.get("include_usage") is True
-    events = completion_events(content, request.model, created=created, include_usage=usage)
+    events = completion_events(content, request.model, created=created, id=id, include_usage=usage)
     headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
     return Reply(200, headers, _once(events))
 

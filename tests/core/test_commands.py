@@ -68,18 +68,20 @@ def test_compact_and_clear_texts() -> None:
 
 
 def test_completion_is_an_openai_chat_completion() -> None:
-    body = completion("hi", "gpt-4o", created=7)
+    body = completion("hi", "gpt-4o", created=7, id="chatcmpl-proxy-1")
     assert body["object"] == "chat.completion"
     assert body["id"].startswith("chatcmpl-proxy-")
     assert (body["model"], body["created"]) == ("gpt-4o", 7)
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "hi", "refusal": None}
     assert body["usage"]["total_tokens"] == 0
-    assert completion("hi", None, created=7)["model"] == "compaction-proxy"
+    assert completion("hi", None, created=7, id="chatcmpl-proxy-1")["model"] == "compaction-proxy"
 
 
 @pytest.mark.parametrize("usage", [True, False])
 def test_completion_events_are_a_whole_stream(usage: bool) -> None:
-    raw = completion_events("hi there", None, created=1, include_usage=usage).decode()
+    raw = completion_events(
+        "hi there", None, created=1, id="chatcmpl-proxy-2", include_usage=usage
+    ).decode()
     events = [line.removeprefix("data: ") for line in raw.split("\n\n") if line]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(event) for event in events[:-1]]
