@@ -72,7 +72,7 @@ from proxy.core.tool_results import (
     names_kept,
     trim,
 )
-from proxy.core.turns import shrink_old_turns
+from proxy.core.turn_budget import shrink_old_turns
 from proxy.core.units import Pins, Unit, group_units, is_well_formed, pins
 
 # What a note costs beyond its parts (role, framing, its opening line).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.core.messages import Message
-from proxy.core.turns import shrink_old_turns
+from proxy.core.turn_budget import shrink_old_turns
 from proxy.core.units import Pins, group_units, pins
 from tests.builders import assistant, assistant_calls, system, tool_result, user
 
