@@ -6,16 +6,36 @@ at, and each renders to the body shape every OpenAI SDK already parses::
 
     {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 
-The tree::
+The tree, every class of it::
 
-    ProxyError                       500 server_error
-    ├── InvalidRequestError          400 invalid_request_error
-    │   ├── RequestTooLargeError     413 invalid_request_error / request_too_large
-    │   └── ContextLengthExceededError  400 invalid_request_error / context_length_exceeded
-    ├── UpstreamError                502 upstream_error
-    │   ├── UpstreamUnreachableError 502 upstream_error / upstream_unreachable
-    │   └── UpstreamTimeoutError     504 upstream_error / upstream_timeout
-    └── ConfigError                  (never on the wire: the CLI exits with code 2)
+    ProxyError                          500 server_error
+    ├── InvalidRequestError             400 invalid_request_error
+    │   ├── RequestTooLargeError        413 invalid_request_error / request_too_large
+    │   ├── ContextLengthExceededError  400 invalid_request_error / context_length_exceeded
+    │   ├── NotFoundError               404 invalid_request_error / not_found
+    │   │   └── SessionNotFoundError    404 (the session API: no such session for the caller)
+    │   └── ConflictError               409 invalid_request_error / conflict
+    │       └── NothingToCompactError   409 (the session has no archived history)
+    ├── AuthenticationError             401 invalid_request_error / invalid_api_key
+    ├── PermissionDeniedError           403 invalid_request_error / admin_token_required
+    ├── StoreDownError                  503 server_error / store_unavailable
+    ├── UpstreamError                   502 upstream_error
+    │   ├── UpstreamUnreachableError    502 upstream_error / upstream_unreachable
+    │   └── UpstreamTimeoutError        504 upstream_error / upstream_timeout
+    └── ConfigError                     (never on the wire: the CLI exits with code 2)
+
+Errors that never reach a client live with the part that raises and handles them, because
+each is a signal between two modules, not an answer:
+
+- `proxy.adapters.store.StoreUnavailableError`: the store cannot be used now. The service
+  degrades to plain forwarding; the session API answers `StoreDownError` (503).
+- `proxy.adapters.summarizer.SummaryFailedError`: a summary could not be written; the
+  compaction falls back to truncation.
+- `proxy.core.jsoncodec.JSONLimitError` (a `json.JSONDecodeError`): valid JSON beyond the
+  codec's limits; the request parser answers `InvalidRequestError`.
+- `proxy.dry_run.DryRunError`: `inspect` exits with code 1 and the message.
+- The demo's and the mock provider's own (`PortUnavailableError`, `FailedResponseError`,
+  `Rejected`): tools around the proxy, not the proxy.
 """
 
 from __future__ import annotations
@@ -97,6 +117,22 @@ class ConflictError(InvalidRequestError):
 
     status_code = 409
     default_code = "conflict"
+
+
+class SessionNotFoundError(NotFoundError):
+    """No such session for this caller (another tenant's counts as none)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"No session {session_id!r} for this credential.", param="session_id")
+        self.session_id = session_id
+
+
+class NothingToCompactError(ConflictError):
+    """The session has no archived history to compact."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"Session {session_id!r} has no archived history.")
+        self.session_id = session_id
 
 
 class StoreDownError(ProxyError):

@@ -28,6 +28,7 @@ from proxy.core.session import (
     view,
 )
 from proxy.core.urls import redact
+from proxy.errors import NothingToCompactError, SessionNotFoundError
 from proxy.service.compactor import Compactor, unchanged
 from proxy.service.replies import Incoming
 from proxy.service.reports import context_report
@@ -36,14 +37,6 @@ from proxy.service.turns import Turns
 View = Literal["original", "forwarded"]
 # How far the admin's lookup of a session without its tenant searches the global index.
 _LOOKUP_LIMIT = 10_000
-
-
-class SessionNotFoundError(Exception):
-    """No such session for this caller (another tenant's counts as none)."""
-
-
-class NothingToCompactError(Exception):
-    """The session has no archived history to compact."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,19 +24,12 @@ from proxy.adapters.store import StoreUnavailableError
 from proxy.core.session import checked_session_id
 from proxy.errors import (
     AuthenticationError,
-    ConflictError,
     InvalidRequestError,
-    NotFoundError,
     PermissionDeniedError,
     StoreDownError,
 )
 from proxy.service import ProxyService
-from proxy.service.operator import (
-    NothingToCompactError,
-    SessionNotFoundError,
-    SessionRef,
-    public_context,
-)
+from proxy.service.operator import SessionRef, public_context
 from proxy.service.replies import Incoming
 from proxy.service.turns import credentials_of
 from proxy.settings import ContextSettings, Settings
@@ -98,14 +91,7 @@ async def _ref(request: Request, who: Caller, session_id: str, tenant: str | Non
     # The rule the chat path applies to X-Session-Id: a 400 that does not repeat the id.
     checked_session_id(session_id, param="session_id")
     wanted = who.tenant if not who.admin else tenant
-    try:
-        return await _service(request).operator.find(wanted, session_id)
-    except SessionNotFoundError as exc:
-        raise _not_found(session_id) from exc
-
-
-def _not_found(session_id: str) -> NotFoundError:
-    return NotFoundError(f"No session {session_id!r} for this credential.", param="session_id")
+    return await _service(request).operator.find(wanted, session_id)
 
 
 @router.get("/sessions", response_model=schemas.SessionList)
@@ -162,10 +148,7 @@ async def compact_session(
     strategy = options.strategy if options is not None else None
     with _store_errors():
         ref = await _ref(request, who, session_id, tenant)
-        try:
-            return await _service(request).operator.compact(ref, who.incoming, strategy)
-        except NothingToCompactError as exc:
-            raise ConflictError(f"Session {session_id!r} has no archived history.") from exc
+        return await _service(request).operator.compact(ref, who.incoming, strategy)
 
 
 @router.post("/sessions/{session_id}/revert", response_model=schemas.RevertResult)
