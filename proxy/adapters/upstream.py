@@ -35,6 +35,7 @@ import urllib.request
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -63,8 +64,49 @@ class UpstreamRequest:
     body: Body = None
 
 
-class UpstreamResponse:
+class UpstreamResponse(Protocol):
     """An upstream response whose body has not been read yet. Always `close()` it."""
+
+    status: int
+    headers: Headers
+
+    async def read(self) -> bytes:
+        """The whole body, as sent."""
+
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        """The body in the chunks it arrives in."""
+
+    def close(self) -> None:
+        """Release the response; a body not read to its end tells the upstream to stop."""
+
+
+class Upstream(Protocol):
+    """What the service needs of the upstream: send a request, get its response's head.
+
+    `AiohttpUpstream` speaks HTTP to a server; `proxy.adapters.asgi_upstream.AsgiUpstream`
+    calls an ASGI app in the same process (tests, and `inspect`'s stand-ins).
+    """
+
+    @property
+    def shown_url(self) -> str:
+        """Where it sends, as messages and logs show it (a password hidden)."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether requests can be sent (between `open` and `aclose`)."""
+
+    async def open(self) -> None:
+        """Get ready to send; inside the event loop that will use it."""
+
+    async def aclose(self) -> None:
+        """Stop; responses still open may fail."""
+
+    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Send `request` and return once the response headers have arrived."""
+
+
+class AiohttpResponse:
+    """An `UpstreamResponse` of aiohttp's."""
 
     def __init__(self, response: aiohttp.ClientResponse, *, base_url: str) -> None:
         self._response = response
@@ -97,7 +139,7 @@ class UpstreamResponse:
             self._response.close()
 
 
-class Upstream:
+class AiohttpUpstream:
     """A pooled client for the upstream server at `base_url` (e.g. `https://api.openai.com/v1`).
 
     `base_url` stays as given, credentials included (a summarizer on the same upstream is
@@ -157,10 +199,10 @@ class Upstream:
             await self._session.close()
             self._session = None
 
-    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
+    async def send(self, request: UpstreamRequest) -> AiohttpResponse:
         """Send `request` and return once the response headers have arrived."""
         if self._session is None:
-            raise RuntimeError("Upstream.open() has not been called")
+            raise RuntimeError("AiohttpUpstream.open() has not been called")
         url = f"{self._url}/{request.path}"
         if request.query:
             url = f"{url}?{request.query}"
@@ -176,7 +218,7 @@ class Upstream:
                 skip_auto_headers=[name for name in _AUTO_HEADERS if name not in headers],
                 allow_redirects=False,
             )
-        return UpstreamResponse(response, base_url=self.shown_url)
+        return AiohttpResponse(response, base_url=self.shown_url)
 
 
 def outbound_proxy(url: str) -> str | None:

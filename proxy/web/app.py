@@ -22,7 +22,7 @@ from proxy import __version__
 from proxy.adapters.store import Store, open_store
 from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders, load_encoders
-from proxy.adapters.upstream import Upstream
+from proxy.adapters.upstream import AiohttpUpstream, Upstream
 from proxy.core.breaker import Breaker
 from proxy.errors import ProxyError
 from proxy.observability.metrics import Metrics
@@ -49,7 +49,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = upstream or Upstream(
+        client = upstream or AiohttpUpstream(
             settings.upstream.base_url,
             timeout_s=settings.upstream.timeout_s,
             max_connections=settings.upstream.max_connections,
@@ -57,12 +57,17 @@ def create_app(
         )
         brain = settings.context.summary_brain
         # Its own pool and time-out: a slow summary must not wait behind, or hold up, the
-        # forwarded traffic.
-        brain_client = Upstream(
-            brain.base_url or client.base_url,
-            timeout_s=brain.timeout_s,
-            max_connections=settings.upstream.max_connections,
-            keepalive_s=settings.upstream.keepalive_s,
+        # forwarded traffic. An upstream handed in (in-process, for tests) writes the
+        # summaries too, unless the brain has a URL of its own.
+        brain_client: Upstream = (
+            upstream
+            if upstream is not None and not brain.base_url
+            else AiohttpUpstream(
+                brain.base_url or settings.upstream.base_url,
+                timeout_s=brain.timeout_s,
+                max_connections=settings.upstream.max_connections,
+                keepalive_s=settings.upstream.keepalive_s,
+            )
         )
         sessions = store or open_store(settings.redis)
         _warn_if_one_tenant(settings)
@@ -70,7 +75,8 @@ def create_app(
         # cannot be loaded this logs the one startup warning and counts approximately.
         tokenizers = encoders if encoders is not None else await asyncio.to_thread(load_encoders)
         await client.open()
-        await brain_client.open()
+        if brain_client is not client:
+            await brain_client.open()
         service = ProxyService(
             upstream=client,
             store=sessions,
@@ -96,7 +102,8 @@ def create_app(
         finally:
             await service.aclose()
             await client.aclose()
-            await brain_client.aclose()
+            if brain_client is not client:
+                await brain_client.aclose()
             await sessions.aclose()
 
     # /docs documents the session API; the proxied OpenAI API is OpenAI's own, not ours.

@@ -8,7 +8,7 @@ import pytest
 
 from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders
-from proxy.adapters.upstream import Upstream
+from proxy.adapters.upstream import AiohttpUpstream
 from proxy.core.budget import Budget
 from proxy.core.messages import Message
 from proxy.core.plan import NeedsSummary, Situation, plan_compaction
@@ -30,9 +30,9 @@ def brain() -> MockUpstream:
 
 
 @pytest.fixture
-async def upstream(brain: MockUpstream) -> AsyncIterator[Upstream]:
+async def upstream(brain: MockUpstream) -> AsyncIterator[AiohttpUpstream]:
     async with serve(brain.app) as base_url:
-        client = Upstream(f"{base_url}/v1", timeout_s=10)
+        client = AiohttpUpstream(f"{base_url}/v1", timeout_s=10)
         await client.open()
         yield client
         await client.aclose()
@@ -58,7 +58,7 @@ def needs_summary(messages: list[Message]) -> NeedsSummary:
 
 
 async def test_a_span_longer_than_the_window_is_summarized_in_parts_that_fit(
-    brain: MockUpstream, upstream: Upstream
+    brain: MockUpstream, upstream: AiohttpUpstream
 ) -> None:
     need = needs_summary(long_chat(30))
     span_tokens = COUNTER.messages(need.span)
@@ -74,7 +74,7 @@ async def test_a_span_longer_than_the_window_is_summarized_in_parts_that_fit(
 
 
 async def test_a_configured_brain_window_wins_over_the_models(
-    brain: MockUpstream, upstream: Upstream
+    brain: MockUpstream, upstream: AiohttpUpstream
 ) -> None:
     need = needs_summary(long_chat(30))
     summarizer = Summarizer(upstream, window=WINDOW // 2)

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.adapters.upstream import Upstream, UpstreamRequest, outbound_proxy
+from proxy.adapters.upstream import AiohttpUpstream, UpstreamRequest, outbound_proxy
 from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from proxy.mock_upstream import MockUpstream
 from tests.servers import free_port, serve
@@ -60,14 +60,14 @@ async def server_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def client(server_url: str) -> AsyncIterator[Upstream]:
-    upstream = Upstream(server_url, timeout_s=0.3)
+async def client(server_url: str) -> AsyncIterator[AiohttpUpstream]:
+    upstream = AiohttpUpstream(server_url, timeout_s=0.3)
     await upstream.open()
     yield upstream
     await upstream.aclose()
 
 
-async def test_compressed_body_relayed_as_sent(client: Upstream) -> None:
+async def test_compressed_body_relayed_as_sent(client: AiohttpUpstream) -> None:
     response = await client.send(_get("gzip", [("accept-encoding", "gzip")]))
     body = await response.read()
     response.close()
@@ -75,7 +75,7 @@ async def test_compressed_body_relayed_as_sent(client: Upstream) -> None:
     assert gzip.decompress(body) == b'{"ok": true}'
 
 
-async def test_cookies_never_carried_between_requests(client: Upstream) -> None:
+async def test_cookies_never_carried_between_requests(client: AiohttpUpstream) -> None:
     for _ in range(2):
         response = await client.send(_get("cookie"))
         assert await response.read() == b""
@@ -85,7 +85,7 @@ async def test_cookies_never_carried_between_requests(client: Upstream) -> None:
 async def test_no_headers_added_that_the_client_did_not_send(
     upstream_url: str, upstream: MockUpstream
 ) -> None:
-    client = Upstream(upstream_url, timeout_s=5)
+    client = AiohttpUpstream(upstream_url, timeout_s=5)
     await client.open()
     try:
         response = await client.send(_get("anything", [("x-only", "this")]))
@@ -97,7 +97,7 @@ async def test_no_headers_added_that_the_client_did_not_send(
     assert names == {"host", "x-only"}
 
 
-async def test_silence_mid_stream_is_timeout(client: Upstream) -> None:
+async def test_silence_mid_stream_is_timeout(client: AiohttpUpstream) -> None:
     response = await client.send(_get("stalls"))
     chunks = response.iter_chunks()
     assert await anext(chunks) == b"data: first\n\n"
@@ -107,7 +107,7 @@ async def test_silence_mid_stream_is_timeout(client: Upstream) -> None:
 
 
 async def test_refused_connection_is_unreachable() -> None:
-    client = Upstream(f"http://127.0.0.1:{free_port()}/v1", timeout_s=5)
+    client = AiohttpUpstream(f"http://127.0.0.1:{free_port()}/v1", timeout_s=5)
     await client.open()
     try:
         with pytest.raises(UpstreamUnreachableError, match="could not be reached"):
@@ -118,7 +118,7 @@ async def test_refused_connection_is_unreachable() -> None:
 
 async def test_send_before_open_is_a_programming_error() -> None:
     with pytest.raises(RuntimeError, match="open"):
-        await Upstream("http://127.0.0.1:1/v1", timeout_s=1).send(_get("models"))
+        await AiohttpUpstream("http://127.0.0.1:1/v1", timeout_s=1).send(_get("models"))
 
 
 def test_outbound_proxy_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,7 +145,7 @@ def test_no_outbound_proxy_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_an_idle_connection_is_not_reused_past_its_keepalive(server_url: str) -> None:
     # uvicorn, Node and llama.cpp close idle connections after 5 s; a POST sent on one at that
     # moment fails and is never resent. Dropping them sooner (here 0.3 s) avoids the race.
-    upstream = Upstream(server_url, timeout_s=2, keepalive_s=0.3)
+    upstream = AiohttpUpstream(server_url, timeout_s=2, keepalive_s=0.3)
     await upstream.open()
 
     async def port() -> bytes:

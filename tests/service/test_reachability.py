@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from proxy.adapters.upstream import Upstream
+from proxy.adapters.upstream import AiohttpUpstream
 from proxy.demo.servers import listening_socket
 from proxy.demo.servers import serve as serve_on
 from proxy.mock_upstream import MockUpstream
@@ -31,8 +31,8 @@ class Clock:
 
 
 @asynccontextmanager
-async def opened(base_url: str) -> AsyncIterator[Upstream]:
-    upstream = Upstream(base_url, timeout_s=30)
+async def opened(base_url: str) -> AsyncIterator[AiohttpUpstream]:
+    upstream = AiohttpUpstream(base_url, timeout_s=30)
     await upstream.open()
     try:
         yield upstream
