@@ -146,8 +146,12 @@ def test_module_runs_offline_without_tiktoken_files(
     tmp_path: Path, args: list[str], apis: list[str]
 ) -> None:
     port = free_port()
+    # Nor the package that carries them: an empty one of that name first on the path.
+    (tmp_path / "site" / "quicktok").mkdir(parents=True)
+    (tmp_path / "site" / "quicktok" / "__init__.py").write_text("")
     env = {
         **os.environ,
+        "PYTHONPATH": str(tmp_path / "site"),
         # No encoding files, and a download that fails at once: the approximate count.
         "TIKTOKEN_CACHE_DIR": str(tmp_path),
         "HTTPS_PROXY": "http://127.0.0.1:9",

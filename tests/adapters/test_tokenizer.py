@@ -1,8 +1,9 @@
 """tiktoken at the edge: the encoder, loading once, and the fallback when loading fails.
 
-Loading failures are simulated by replacing `tiktoken.get_encoding`, so no test reaches for
-the network. Tests needing the real encodings use them when `TIKTOKEN_CACHE_DIR` holds them
-and are skipped otherwise (`cached_encoder`).
+Loading failures are simulated by replacing `tiktoken.get_encoding` (with no package to load
+from: `package=None`), so no test reaches for the network. Tests needing the real encodings
+get them from `TIKTOKEN_CACHE_DIR` or the installed quicktok-v1 package, and are skipped, with
+both reasons, only when neither has them (`cached_encoder`).
 """
 
 from __future__ import annotations
@@ -20,28 +21,33 @@ import pytest
 import tiktoken
 
 import proxy.core.budget
-from proxy.adapters.tokenizer import Encoders, TiktokenEncoder, load_encoders
+from proxy.adapters.tokenizer import (
+    LOAD_ERRORS,
+    SPECS,
+    Encoders,
+    TiktokenEncoder,
+    load_encoders,
+    packaged_encoding,
+)
 from proxy.core.tokens import CL100K_BASE, O200K_BASE, ApproximateEncoder
-
-# tiktoken caches each encoding under the sha1 of the URL it downloads it from.
-_URLS = {
-    O200K_BASE: "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-    CL100K_BASE: "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-}
 
 
 def cached_encoder(name: str) -> TiktokenEncoder:
-    """The real encoding `name` if `TIKTOKEN_CACHE_DIR` holds it; skips the test otherwise.
+    """The real encoding `name`, as the proxy loads it; skips the test when it cannot load.
 
-    Checking the file first keeps these tests off the network: tiktoken would otherwise try
-    to download what is missing.
+    From `TIKTOKEN_CACHE_DIR` when it holds the file, else from the installed package: never
+    from the network (tiktoken would otherwise try to download what is missing).
     """
     cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR")
-    if not cache_dir:
-        pytest.skip("TIKTOKEN_CACHE_DIR is not set: no cached tiktoken encodings to test with")
-    if not (Path(cache_dir) / hashlib.sha1(_URLS[name].encode()).hexdigest()).is_file():
-        pytest.skip(f"{name} is not cached in TIKTOKEN_CACHE_DIR={cache_dir}")
-    return TiktokenEncoder(tiktoken.get_encoding(name))
+    if (
+        cache_dir
+        and (Path(cache_dir) / hashlib.sha1(SPECS[name].url.encode()).hexdigest()).is_file()
+    ):
+        return TiktokenEncoder(tiktoken.get_encoding(name))
+    try:
+        return TiktokenEncoder(packaged_encoding(name))
+    except LOAD_ERRORS as exc:
+        pytest.skip(f"{name}: not in TIKTOKEN_CACHE_DIR={cache_dir}, and {exc}")
 
 
 def byte_encoding(name: str) -> tiktoken.Encoding:
@@ -72,6 +78,10 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
 
+def debugs_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+
+
 # --- the encoder -------------------------------------------------------------------------
 
 
@@ -98,7 +108,7 @@ def test_each_encoding_is_loaded_once(
 ) -> None:
     loader = FakeLoader()
     use_loader(monkeypatch, loader)
-    encoders = load_encoders()
+    encoders = load_encoders(package=None)
     for model in ("gpt-4o", "gpt-4", "o3-mini", "llama-3", None):
         encoders.for_model(model)
     assert sorted(loader.calls) == [CL100K_BASE, O200K_BASE]
@@ -107,7 +117,7 @@ def test_each_encoding_is_loaded_once(
 
 def test_models_get_their_family_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
     use_loader(monkeypatch, FakeLoader())
-    encoders = load_encoders()
+    encoders = load_encoders(package=None)
     assert encoders.for_model("gpt-4o-mini").name == O200K_BASE
     assert encoders.for_model("gpt-3.5-turbo").name == CL100K_BASE
     assert encoders.for_model("mistral-large").name == O200K_BASE
@@ -119,13 +129,15 @@ def test_failed_load_warns_once_and_falls_back(
 ) -> None:
     use_loader(monkeypatch, FakeLoader({O200K_BASE: error, CL100K_BASE: error}))
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "/nowhere")
-    encoders = load_encoders()
+    with caplog.at_level(logging.DEBUG, logger="proxy"):
+        encoders = load_encoders(package=None)
     assert isinstance(encoders.for_model("gpt-4o"), ApproximateEncoder)
     assert isinstance(encoders.for_model("gpt-4"), ApproximateEncoder)
     [warning] = warnings_of(caplog)
-    assert "o200k_base, cl100k_base could not be loaded" in warning
-    assert str(error) in warning
-    assert "TIKTOKEN_CACHE_DIR=/nowhere does not hold them" in warning
+    assert "o200k_base, cl100k_base not loaded: counting approximately" in warning
+    [details] = debugs_of(caplog)
+    assert str(error) in details
+    assert "TIKTOKEN_CACHE_DIR=/nowhere does not hold them" in details
 
 
 @pytest.mark.parametrize(
@@ -146,19 +158,20 @@ def test_warning_explains_the_cache_setting(
         monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
     else:
         monkeypatch.setenv("TIKTOKEN_CACHE_DIR", cache_dir)
-    load_encoders(names=(O200K_BASE,))
-    [warning] = warnings_of(caplog)
-    assert says in warning
+    with caplog.at_level(logging.DEBUG, logger="proxy"):
+        load_encoders(names=(O200K_BASE,), package=None)
+    [details] = debugs_of(caplog)
+    assert says in details
 
 
 def test_a_partial_failure_falls_back_to_the_default_encoding(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     use_loader(monkeypatch, FakeLoader({CL100K_BASE: OSError("offline")}))
-    encoders = load_encoders()
+    encoders = load_encoders(package=None)
     assert encoders.for_model("gpt-4").name == O200K_BASE
     [warning] = warnings_of(caplog)
-    assert "encodings cl100k_base could not be loaded" in warning
+    assert "encodings cl100k_base not loaded" in warning
 
 
 @pytest.fixture
@@ -177,10 +190,12 @@ def test_a_hanging_download_gives_up_at_the_deadline(
         return byte_encoding(name)
 
     use_loader(monkeypatch, hang)
-    encoders = load_encoders(timeout_s=0.05)
+    with caplog.at_level(logging.DEBUG, logger="proxy"):
+        # One name: once released, the worker must not go on to tiktoken's real loader.
+        encoders = load_encoders((O200K_BASE,), timeout_s=0.05, package=None)
     assert isinstance(encoders.for_model("gpt-4o"), ApproximateEncoder)
-    [warning] = warnings_of(caplog)
-    assert "still loading after 0.05 s" in warning
+    [details] = debugs_of(caplog)
+    assert "still loading after 0.05 s" in details
 
 
 def test_encoders_value_holds_what_it_was_given() -> None:
@@ -191,7 +206,7 @@ def test_encoders_value_holds_what_it_was_given() -> None:
 
 def test_real_encodings_load_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     for name in (O200K_BASE, CL100K_BASE):
-        cached_encoder(name)  # skips unless both are cached
+        cached_encoder(name)  # skips unless both can load
     encoders = load_encoders()
     assert encoders.for_model("gpt-4o").name == O200K_BASE
     assert encoders.for_model("gpt-4").name == CL100K_BASE

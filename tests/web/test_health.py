@@ -95,6 +95,10 @@ async def test_startup_says_once_when_encodings_are_missing(
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # nothing loaded in-process yet
     monkeypatch.setattr("tiktoken.load.read_file", _offline)
+    # Nor the package that carries them: an empty one of that name first on the path.
+    (tmp_path / "site" / "quicktok").mkdir(parents=True)
+    (tmp_path / "site" / "quicktok" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     app = create_app(make_settings(upstream_url))
     with caplog.at_level(logging.WARNING, logger="proxy"):
         async with LifespanManager(app):
