@@ -30,6 +30,7 @@ from proxy.service import ProxyService, ServiceConfig
 from proxy.settings import Settings
 from proxy.web import admin, routes
 from proxy.web.dashboard import DASHBOARD_ROUTES
+from proxy.web.docs import docs_routes
 from proxy.web.middleware import PathGuard, RequestCounter
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ def create_app(
         version=__version__,
         description="The session API of compaction-proxy: what it did to each conversation.",
         lifespan=lifespan,
+        # Served by `proxy.web.docs` instead: FastAPI's page loads Swagger UI from a CDN.
+        docs_url=None,
         redoc_url=None,
     )
     app.add_exception_handler(ProxyError, routes.proxy_error)
@@ -124,6 +127,7 @@ def create_app(
     app.router.routes[:0] = [routes.CHAT_ROUTE, routes.RESPONSES_ROUTE]
     app.include_router(admin.router)
     app.router.routes.extend(DASHBOARD_ROUTES)
+    app.router.routes.extend(docs_routes(app.title, app.openapi_url or "/openapi.json"))
     app.router.routes.extend(routes.ROUTES)  # the /v1 catch-all after the session API
     return app
 
