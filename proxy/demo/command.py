@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
-import signal
 import sys
 from typing import Final
 
@@ -17,7 +16,6 @@ from proxy.demo.options import Options
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
-_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 def main(options: Options) -> int:
@@ -40,23 +38,13 @@ def main(options: Options) -> int:
 
 async def _main(options: Options) -> int:
     from proxy.demo.runner import run
-    from proxy.demo.servers import PortUnavailableError
+    from proxy.demo.servers import PortUnavailableError, stopped_by_signals
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handled = []
-    for signum in _SIGNALS:
-        try:
-            loop.add_signal_handler(signum, stop.set)
-        except NotImplementedError:
-            continue
-        handled.append(signum)
     try:
-        result = await run(options, sys.stdout, stop)
+        with stopped_by_signals(stop):
+            result = await run(options, sys.stdout, stop)
     except PortUnavailableError as exc:
         print(f"compaction-proxy demo: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
     return EXIT_FAILED if result is not None and result.totals.errors else EXIT_OK

@@ -28,11 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's flags, on `parser`."""
     defaults = Options()
     parser.add_argument(
-        "--agents", type=_positive, default=defaults.agents, metavar="N", help="agents (default: 3)"
+        "--agents",
+        type=positive_int,
+        default=defaults.agents,
+        metavar="N",
+        help="agents (default: 3)",
     )
     parser.add_argument(
         "--turns",
-        type=_positive,
+        type=positive_int,
         default=defaults.turns,
         metavar="N",
         help="user turns per agent (default: 16)",
@@ -42,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port",
         dest="demo_port",
-        type=_port,
+        type=port_number,
         metavar="P",
         help="port of the proxy (default: 8080, or a free one if taken; 0: a free one)",
     )
@@ -71,14 +75,16 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
-def _positive(value: str) -> int:
+def positive_int(value: str) -> int:
+    """An argparse type: an integer of at least 1."""
     number = int(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
     return number
 
 
-def _port(value: str) -> int:
+def port_number(value: str) -> int:
+    """An argparse type: a port from 0 (any free one) to 65535."""
     number = int(value)
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {value})")

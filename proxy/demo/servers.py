@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -18,6 +19,25 @@ from starlette.types import ASGIApp
 
 HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8080
+
+
+@contextmanager
+def stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
+    """Inside: SIGINT and SIGTERM set `stop` (where the loop can take signals; elsewhere
+    Ctrl-C is a KeyboardInterrupt). The demo and `compaction-proxy mock` both stop so."""
+    loop = asyncio.get_running_loop()
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, stop.set)
+        except NotImplementedError:
+            continue
+        handled.append(signum)
+    try:
+        yield
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
 
 
 class PortUnavailableError(Exception):

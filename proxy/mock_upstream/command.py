@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -23,6 +22,7 @@ from typing import Final, get_args
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from proxy.demo.options import port_number, positive_int
 from proxy.mock_upstream.app import MockUpstream
 from proxy.mock_upstream.summarizer import SummaryQuality
 
@@ -32,7 +32,6 @@ DEFAULT_PORT: Final = 8000
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 TOKENIZER_TIMEOUT_S: Final = 10.0
-_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port",
         dest="mock_port",
-        type=_port,
+        type=port_number,
         default=DEFAULT_PORT,
         metavar="P",
         help=f"port (default: {DEFAULT_PORT}; 0: a free one)",
     )
     parser.add_argument(
         "--window",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="context window in tokens: a longer request gets OpenAI's 400 "
         "context_length_exceeded, and /v1/models lists it (default: none)",
@@ -163,27 +162,16 @@ def describe(options: Options, base_url: str, models: tuple[str, ...]) -> str:
 
 
 async def _serve(options: Options, sock: socket.socket) -> None:
-    from proxy.demo.servers import serve
+    from proxy.demo.servers import serve, stopped_by_signals
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handled = []
-    for signum in _SIGNALS:
-        try:
-            loop.add_signal_handler(signum, stop.set)
-        except NotImplementedError:
-            continue
-        handled.append(signum)
-    try:
+    with stopped_by_signals(stop):
         upstream = await asyncio.to_thread(mock_for, options)
         async with serve(_forgetful(upstream), sock, lifespan="off"):
             host, port = sock.getsockname()[:2]
             print(describe(options, f"http://{_authority(host, port)}/v1", upstream.models))
             sys.stdout.flush()
             await stop.wait()
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
 
 
 def _forgetful(upstream: MockUpstream) -> ASGIApp:
@@ -225,20 +213,6 @@ def _listening(host: str, port: int) -> socket.socket:
 
 def _authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _port(value: str) -> int:
-    number = int(value)
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {value})")
-    return number
-
-
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return number
 
 
 def _seconds(value: str) -> float:
