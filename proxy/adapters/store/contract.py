@@ -1,4 +1,5 @@
-"""What every store promises (`Store`), its one error, and the helpers both stores share."""
+"""What every store promises (`Store`, made of one protocol per role), its one error, and the
+helpers both stores share."""
 
 from __future__ import annotations
 
@@ -25,14 +26,18 @@ class StoreUnavailableError(Exception):
     """The store cannot be used right now (Redis down, unreachable, refusing)."""
 
 
-class Store(Protocol):
-    """Sessions, checkpoints, archive, locks and model facts; see the module docstring."""
+class Lifecycle(Protocol):
+    """Whether the store answers, and its end."""
 
     async def ping(self) -> None:
         """Check the store answers. Raises `StoreUnavailableError`."""
 
     async def aclose(self) -> None:
         """Release connections."""
+
+
+class Checkpoints(Protocol):
+    """Compacted prefixes, found by the chain hashes of the messages they replace."""
 
     async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
         """The stored checkpoint covering the longest prefix of the body chained as `hashes`."""
@@ -46,6 +51,10 @@ class Store(Protocol):
 
     async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
         """Forget the checkpoint of `prefix_hash` (revert); False if there was none."""
+
+
+class Sessions(Protocol):
+    """Each session's state, its compaction history, its timeline and its last request."""
 
     async def begin_turn(
         self, tenant: str, session_id: str, *, model: str | None, at: float
@@ -103,6 +112,10 @@ class Store(Protocol):
         their own when no session archives them any more.
         """
 
+
+class Archive(Protocol):
+    """The original messages of each session, for the operator and a manual compaction."""
+
     async def archive(
         self,
         tenant: str,
@@ -123,6 +136,10 @@ class Store(Protocol):
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         """The session's archived history, skipping any message that has expired."""
 
+
+class Summaries(Protocol):
+    """Summaries prepared ahead of the compaction that will use them, by span key."""
+
     async def put_summary(self, tenant: str, key: str, text: str) -> None:
         """Keep a summary written ahead of time under `key` (`proxy.core.prepared`), for
         the session TTL."""
@@ -132,6 +149,10 @@ class Store(Protocol):
         """The summaries stored under any of `keys`, by key."""
         ...
 
+
+class Locks(Protocol):
+    """Named locks with a lifetime, so one replica writes one summary for one prefix."""
+
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         """Take the lock `name`: a token for `release`, or None when someone holds it.
 
@@ -140,6 +161,10 @@ class Store(Protocol):
 
     async def release(self, tenant: str, name: str, token: str) -> bool:
         """Free the lock if `token` still holds it; False otherwise."""
+
+
+class ModelFacts(Protocol):
+    """What a tenant's responses taught about a model: calibration and window."""
 
     async def calibration(self, tenant: str, model: str) -> float | None:
         """The tenant's learned correction factor for the model's token estimates."""
@@ -157,6 +182,11 @@ class Store(Protocol):
         """Share the tenant's window for the model (the latest lesson wins) for `ttl_s`
         seconds: facts a provider's answers taught are scoped to the tenant whose request
         produced them, and age out on their own clock, not the session's."""
+
+
+class Store(Lifecycle, Checkpoints, Sessions, Archive, Summaries, Locks, ModelFacts, Protocol):
+    """Everything the service keeps, in one store (embedded or Redis); each role above is
+    what one part of the service needs of it."""
 
 
 def content_hashes(messages: Sequence[Message], hashes: Sequence[str] | None) -> tuple[str, ...]:
