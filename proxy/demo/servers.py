@@ -64,24 +64,26 @@ def listening_socket(port: int | None) -> socket.socket:
     """
     try:
         if port is not None:
-            return _bound(port)
+            return bound(port)
         try:
-            return _bound(DEFAULT_PORT)
+            return bound(DEFAULT_PORT)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
-            return _bound(0)
+            return bound(0)
     except OSError as exc:
         where = f"{HOST}:{DEFAULT_PORT if port is None else port}"
         raise PortUnavailableError(f"cannot listen on {where}: {exc.strerror}") from exc
 
 
-def _bound(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # A demo started again right after the last one must not wait out TIME_WAIT.
+def bound(port: int, host: str = HOST) -> socket.socket:
+    """A socket bound to `host`:`port` (IPv4 or IPv6, as `host` is written)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    # Started again right after the last run, it must not wait out TIME_WAIT.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((HOST, port))
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise

@@ -113,8 +113,10 @@ def options_from(args: argparse.Namespace) -> Options:
 
 def main(options: Options) -> int:
     """Serve the mock until SIGINT or SIGTERM: 0 then, 1 when it cannot listen."""
+    from proxy.demo.servers import bound
+
     try:
-        sock = _listening(options.host, options.port)
+        sock = bound(options.port, options.host)
     except OSError as exc:
         where = _authority(options.host, options.port)
         print(f"compaction-proxy mock: cannot listen on {where}: {exc.strerror}", file=sys.stderr)
@@ -195,20 +197,6 @@ def _forgetful(upstream: MockUpstream) -> ASGIApp:
                 record.clear()
 
     return forgetting
-
-
-def _listening(host: str, port: int) -> socket.socket:
-    """A socket bound to `host`:`port` (IPv4 or IPv6, as `host` is written)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    # Started again right after the last one, it must not wait out TIME_WAIT.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def _authority(host: str, port: int) -> str:
