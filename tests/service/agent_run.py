@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +93,20 @@ class AgentRun:
                 raise AssertionError("a usage chunk reached a client that did not ask for it")
             streamed.add(chunk)
         return streamed.message()
+
+
+@asynccontextmanager
+async def sdk_for(app: Any, key: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official async SDK talking to the proxy app `app` in-process (its lifespan is
+    the caller's to run)."""
+    transport = httpx2.ASGITransport(app=app)
+    async with (
+        httpx2.AsyncClient(transport=transport, timeout=60) as http,
+        openai.AsyncOpenAI(
+            api_key=key, base_url="http://proxy/v1", http_client=http, max_retries=0
+        ) as client,
+    ):
+        yield client
 
 
 def chat_requests(upstream: MockUpstream) -> list[Recorded]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-import httpx2
 import openai
 import pytest
 from asgi_lifespan import LifespanManager
@@ -14,7 +13,14 @@ from proxy.mock_upstream import MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.servers import serve
-from tests.service.agent_run import FACTS, SCRIPT, AgentRun, chat_requests, prefix_stable_share
+from tests.service.agent_run import (
+    FACTS,
+    SCRIPT,
+    AgentRun,
+    chat_requests,
+    prefix_stable_share,
+    sdk_for,
+)
 
 WINDOW = 6000
 CONTEXT = {"output_reserved": 500, "keep_recent": 6, "summary_max_tokens": 400}
@@ -32,14 +38,7 @@ async def sdk(provider: MockUpstream) -> AsyncIterator[openai.AsyncOpenAI]:
     async with serve(provider.app) as base_url:
         settings = make_settings(f"{base_url}/v1", context=CONTEXT)
         app = create_app(settings)
-        transport = httpx2.ASGITransport(app=app)
-        async with (
-            LifespanManager(app),
-            httpx2.AsyncClient(transport=transport, timeout=60) as http,
-            openai.AsyncOpenAI(
-                api_key="sk-agent", base_url="http://proxy/v1", http_client=http, max_retries=0
-            ) as client,
-        ):
+        async with LifespanManager(app), sdk_for(app, "sk-agent") as client:
             yield client
 
 

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import httpx2
 import openai
 import pytest
 from asgi_lifespan import LifespanManager
@@ -24,7 +23,7 @@ from proxy.mock_upstream import MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.servers import serve, serve_in_thread
-from tests.service.agent_run import FACTS, SCRIPT
+from tests.service.agent_run import FACTS, SCRIPT, sdk_for
 from tests.service.responses_run import (
     INCLUDE,
     INSTRUCTIONS,
@@ -65,13 +64,7 @@ async def proxy_app(provider: MockUpstream) -> AsyncIterator[FastAPI]:
 
 @pytest.fixture
 async def sdk(proxy_app: FastAPI) -> AsyncIterator[openai.AsyncOpenAI]:
-    transport = httpx2.ASGITransport(app=proxy_app)
-    async with (
-        httpx2.AsyncClient(transport=transport, timeout=60) as http,
-        openai.AsyncOpenAI(
-            api_key=KEY, base_url="http://proxy/v1", http_client=http, max_retries=0
-        ) as client,
-    ):
+    async with sdk_for(proxy_app, KEY) as client:
         yield client
 
 

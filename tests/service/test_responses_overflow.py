@@ -9,7 +9,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import openai
 import pytest
 from asgi_lifespan import LifespanManager
@@ -18,7 +17,7 @@ from proxy.mock_upstream import MockUpstream, Reply
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.servers import serve
-from tests.service.agent_run import tool_output
+from tests.service.agent_run import sdk_for, tool_output
 
 PROVIDER_WINDOW = 3000
 TOLD_WINDOW = 16_000  # what the proxy believes: it never compacts before sending
@@ -62,14 +61,7 @@ async def sdk(provider: MockUpstream) -> AsyncIterator[openai.AsyncOpenAI]:
             f"{base_url}/v1", context={"context_window": TOLD_WINDOW, "output_reserved": 200}
         )
         app = create_app(settings)
-        transport = httpx2.ASGITransport(app=app)
-        async with (
-            LifespanManager(app),
-            httpx2.AsyncClient(transport=transport, timeout=60) as http,
-            openai.AsyncOpenAI(
-                api_key="sk-overflow", base_url="http://proxy/v1", http_client=http, max_retries=0
-            ) as client,
-        ):
+        async with LifespanManager(app), sdk_for(app, "sk-overflow") as client:
             yield client
 
 
