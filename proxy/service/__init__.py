@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.adapters.store import Store, StoreUnavailableError
@@ -28,7 +28,7 @@ from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
 from proxy.core import hooks
 from proxy.core.breaker import Breaker
-from proxy.core.commands import command_of
+from proxy.core.commands import Command, command_of
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.keys import ClientKeys
 from proxy.core.policy import ModelPolicies
@@ -38,12 +38,13 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import ContextLengthExceededError
 from proxy.observability.metrics import Metrics
 from proxy.service import reports
-from proxy.service.access import Access
-from proxy.service.chat import ChatForwarder
+from proxy.service.access import Access, Stopwatch
+from proxy.service.chat import Answer, ChatForwarder
 from proxy.service.commands import ChatCommands
-from proxy.service.compactor import Compactor, Outcome
+from proxy.service.compactor import Compactor
 from proxy.service.memory import LEARNED_TTL_S, Memory
 from proxy.service.operator import Operator
+from proxy.service.outcome import Outcome
 from proxy.service.preparer import Preparer
 from proxy.service.reachability import Reachability
 from proxy.service.replies import Incoming, Reply, buffered, streamed
@@ -148,48 +149,60 @@ class ProxyService:
     async def _handle(
         self, incoming: Incoming, raw: bytes, parse: Callable[[bytes], ChatRequest]
     ) -> Reply:
-        access = Access(self.metrics, self._log_content)
+        """The request path, top to bottom. Each step returns the next value (the request,
+        the turn, the outcome, the answer) and `access` is remade from them as they come,
+        so that whatever ends the request, its log line says what was known by then."""
+        watch = Stopwatch(self.metrics, log_content=self._log_content)
+        access = Access()
         try:
-            reply = await self._compact_and_forward(incoming, parse(raw), access)
+            request = parse(raw)
+            access = Access(request)
+            if request.api is Api.RESPONSES and server_state(request.body):
+                access = replace(access, action="server_state")
+                reply = await self._server_state(incoming, request, watch)
+            elif self._commands is not None and (command := _command(request)) is not None:
+                access = replace(access, action="command")
+                reply = await self._commands.answer(command, incoming, request)
+            else:
+                turn = await self._turns.begin(incoming, request)
+                access = replace(access, turn=turn)
+                if (incoming.header("x-compaction") or "").lower() == "off":
+                    access = replace(access, action="off")
+                    reply = await self._untouched(incoming, request, watch)
+                    reply = self._then(reply, lambda: self._archive(turn))
+                else:
+                    outcome = await self._compacted(turn)
+                    access = replace(access, outcome=outcome)
+                    _check_fits(turn, outcome)
+                    answer = await self._chat.forward(turn, outcome, watch)
+                    access = replace(access, outcome=answer.outcome)
+                    reply = self._answered(turn, answer)
         except BaseException as exc:
-            access.failed(exc)
+            watch.failed(access, exc)
             raise
-        return access.relay(reply)
+        return watch.relay(reply, access)
 
-    async def _compact_and_forward(
-        self, incoming: Incoming, request: ChatRequest, access: Access
-    ) -> Reply:
-        access.request = request
-        if request.api is Api.RESPONSES and server_state(request.body):
-            return await self._server_state(incoming, request, access)
-        if self._commands is not None and request.api is Api.CHAT:
-            command = command_of(request.messages)
-            if command is not None:
-                access.action = "command"
-                return await self._commands.answer(command, incoming, request)
-        turn = access.turn = await self._turns.begin(incoming, request)
-        if (incoming.header("x-compaction") or "").lower() == "off":
-            access.action = "off"
-            reply = await self._untouched(incoming, request, access)
-            return self._then(reply, lambda: self._archive(turn))
-        found = turn.checkpoint  # the one the request came with; a compaction replaces it
-        outcome = access.outcome = await self._compactor.before_forward(turn)
-        # What the client sent, counted whole even when a checkpoint stood in for part of it.
-        outcome.sent = self._sent.of(turn, found, outcome.tokens_before)
-        if outcome.tried and turn.budget.beyond_window(outcome.tokens_after):
-            raise _cannot_fit(turn, outcome)
-        reply = await self._chat.forward(turn, outcome, access)
-        reply = self._then(reply, lambda: self._after(turn, outcome))
+    async def _compacted(self, turn: Turn) -> Outcome:
+        """What to forward: the hooks' and the compaction's outcome, with the client's own
+        request counted whole even when a checkpoint stood in for part of it."""
+        outcome = await self._compactor.before_forward(turn)
+        sent = self._sent.of(turn, turn.checkpoint, outcome.tokens_before)
+        return replace(outcome, sent=sent)
+
+    def _answered(self, turn: Turn, answer: Answer) -> Reply:
+        """The answer with its compaction headers; what the turn leaves behind (the archive,
+        the timeline, the turn-end hooks) is done once it has been sent."""
+        outcome = answer.outcome
+        reply = self._then(answer.reply, lambda: self._after(turn, outcome))
         return reply.with_headers(_compaction_headers(turn, outcome))
 
     async def _server_state(
-        self, incoming: Incoming, request: ChatRequest, access: Access
+        self, incoming: Incoming, request: ChatRequest, watch: Stopwatch
     ) -> Reply:
         """Forward untouched a request whose history the provider keeps: compacting its
         new items alone would gain nothing and could break the stored turn they continue."""
         self.tenant_of(credentials_of(incoming))
-        access.action = "server_state"
-        reply = await self._untouched(incoming, request, access)
+        reply = await self._untouched(incoming, request, watch)
         return reply.with_headers([("x-compaction-applied", "server_state")])
 
     async def _after(self, turn: Turn, outcome: Outcome) -> None:
@@ -236,14 +249,14 @@ class ProxyService:
             logger.error("background work after a turn failed: %r", error, exc_info=error)
             self.metrics.background_task_failed("turn")
 
-    async def _untouched(self, incoming: Incoming, request: ChatRequest, access: Access) -> Reply:
+    async def _untouched(self, incoming: Incoming, request: ChatRequest, watch: Stopwatch) -> Reply:
         headers = upstream_request_headers(incoming.headers, api_key=self._api_key)
-        response = await access.headers(
+        response = await watch.headers(
             self._upstream.send(
                 UpstreamRequest("POST", incoming.path, incoming.query, headers, request.raw)
             )
         )
-        return streamed(response) if request.stream else await access.body(buffered(response))
+        return streamed(response) if request.stream else await watch.body(buffered(response))
 
     async def _archive(self, turn: Turn) -> None:
         # After the answer has gone out: the archive is for the operator, not for this
@@ -331,6 +344,18 @@ class ProxyService:
         await self._reachability.aclose()
         await self.settle()
         await self.memory.aclose()
+
+
+def _command(request: ChatRequest) -> Command | None:
+    """The chat command the request's last user message is (chat completions only)."""
+    return command_of(request.messages) if request.api is Api.CHAT else None
+
+
+def _check_fits(turn: Turn, outcome: Outcome) -> None:
+    """Raise the provider's own overflow error when compaction had its chance and what is
+    left is still over the window: forwarding it would only fetch that error."""
+    if outcome.tried and turn.budget.beyond_window(outcome.tokens_after):
+        raise _cannot_fit(turn, outcome)
 
 
 def _cannot_fit(turn: Turn, outcome: Outcome) -> ContextLengthExceededError:

@@ -1,11 +1,13 @@
 """One compacted request (a chat completion or a Responses API request) as the operator sees
 it: its timings, its outcome, its log line.
 
-An `Access` follows a request from the moment the service has its body to the last byte of
-the answer. The service tells it what it learns on the way (the request, the turn, what
-compaction did, each wait on the upstream); when the answer is ready it reports the proxy's
-overhead and the forwarded pressure to the metrics, and when the answer has been sent (a
-stream: at its end) it writes the request's one line on the `proxy.access` logger.
+Two parts, because they change differently. An `Access` is what is known of the request, a
+value: the service makes the next one as it learns more (the request, the turn, what
+compaction decided, the outcome after a retry). A `Stopwatch` runs from the moment the
+service has the body to the last byte of the answer and adds up the waits on the upstream as
+they happen. When the answer is ready the stopwatch reports the proxy's overhead and the
+forwarded pressure to the metrics; when it has been sent (a stream: at its end) it writes the
+request's one line on the `proxy.access` logger from the last `Access`.
 
 The line carries the API (`chat` or `responses`), the session, a prefix of the tenant's
 hash, the model, the tokens before and after, the pressure, the action, the status, the
@@ -20,14 +22,14 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.core.messages import Message, role, text
 from proxy.core.request import ChatRequest
 from proxy.errors import ProxyError
 from proxy.observability.metrics import Metrics
-from proxy.service.compactor import Outcome
+from proxy.service.outcome import Outcome
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
@@ -43,88 +45,20 @@ CLIENT_CLOSED = 499
 _T = TypeVar("_T")
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Access:
-    """What is known of one chat completion request so far."""
+    """What is known of one request so far."""
 
-    metrics: Metrics
-    log_content: bool = False
-    started: float = field(default_factory=time.perf_counter)
-    upstream_s: float = 0.0
-    """Time spent waiting on the upstream for this request's answer (every attempt)."""
-    ready_s: float | None = None
-    """Time from the start until the answer's headers were ready."""
     request: ChatRequest | None = None
     turn: Turn | None = None
     outcome: Outcome | None = None
     action: str | None = None
-    """Set when no compaction was considered: `off` (X-Compaction: off) or `command`."""
-
-    async def headers(self, send: Awaitable[_T]) -> _T:
-        """`await send`: one attempt's wait for the upstream's response headers."""
-        started = time.perf_counter()
-        try:
-            response = await send
-        finally:
-            waited = time.perf_counter() - started
-            self.upstream_s += waited
-        self.metrics.upstream_latency(waited)
-        return response
-
-    async def body(self, read: Awaitable[_T]) -> _T:
-        """`await read`: a wait for the upstream's body (an error, a first event, a reply)."""
-        started = time.perf_counter()
-        try:
-            return await read
-        finally:
-            self.upstream_s += time.perf_counter() - started
-
-    def relay(self, reply: Reply) -> Reply:
-        """`reply`, reported now and logged once it has been sent (a stream: at its end)."""
-        self.ready_s = time.perf_counter() - self.started
-        self.metrics.overhead(self.ready_s - self.upstream_s)
-        if self.turn is not None and self.outcome is not None:
-            self.metrics.pressure(self.turn.budget.pressure(self.outcome.tokens_after))
-        if isinstance(reply.body, bytes):
-            self.finish(reply.status)
-            return reply
-        return Reply(reply.status, reply.headers, self._streamed(reply), reply.close)
-
-    async def _streamed(self, reply: Reply) -> AsyncIterator[bytes]:
-        assert not isinstance(reply.body, bytes)
-        # Counted from the first chunk pulled: a body the server never starts to send is
-        # never closed either, and would leave the gauge one too high for good.
-        self.metrics.stream_started()
-        complete = False
-        try:
-            async for chunk in reply.body:
-                yield chunk
-            complete = True
-        finally:
-            self.metrics.stream_ended()
-            self.finish(reply.status, aborted=not complete)
-
-    def failed(self, exc: BaseException) -> None:
-        """The request ended with `exc` instead of a reply."""
-        if isinstance(exc, ProxyError):
-            status = exc.status_code
-        elif isinstance(exc, asyncio.CancelledError):
-            status = CLIENT_CLOSED
-        else:
-            status = 500
-        self.finish(status)
-
-    def finish(self, status: int, *, aborted: bool = False) -> None:
-        """Write the request's log line."""
-        if not logger.isEnabledFor(logging.INFO):
-            return  # `log.level: warning` or above: not even the fields are worth building
-        fields = self.fields(status)
-        if aborted:
-            fields["aborted"] = True
-        logger.info("response" if fields["api"] == "responses" else "chat completion", extra=fields)
+    """Set when no compaction was considered: `off` (X-Compaction: off), `command`,
+    `server_state`."""
 
     def fields(self, status: int) -> dict[str, Any]:
-        """The log line's fields (all of them, null when unknown)."""
+        """The log line's fields known from the request (null when unknown); the
+        stopwatch adds its latencies."""
         request, turn, outcome = self.request, self.turn, self.outcome
         fields: dict[str, Any] = {
             "api": request.api.value if request else None,
@@ -137,17 +71,99 @@ class Access:
             "tokens_before": None,
             "tokens_after": None,
             "pressure": None,
-            "latency_ms": _ms(time.perf_counter() - self.started),
-            "upstream_ms": _ms(self.upstream_s),
-            "overhead_ms": None if self.ready_s is None else _ms(self.ready_s - self.upstream_s),
         }
         if turn is not None and outcome is not None:
             budget = turn.budget
             fields["tokens_before"] = budget.estimate(outcome.sent or outcome.tokens_before)
             fields["tokens_after"] = budget.estimate(outcome.tokens_after)
             fields["pressure"] = round(budget.pressure(outcome.tokens_after), 4)
-        if self.log_content and request is not None:
-            fields["content"] = last_user_text(request.messages)
+        return fields
+
+
+class Stopwatch:
+    """The timings of one request, and its log line once it has ended."""
+
+    def __init__(self, metrics: Metrics, *, log_content: bool = False) -> None:
+        self._metrics = metrics
+        self._log_content = log_content
+        self._started = time.perf_counter()
+        self.upstream_s = 0.0
+        """Time spent waiting on the upstream for this request's answer (every attempt)."""
+        self.ready_s: float | None = None
+        """Time from the start until the answer's headers were ready."""
+
+    async def headers(self, send: Awaitable[_T]) -> _T:
+        """`await send`: one attempt's wait for the upstream's response headers."""
+        started = time.perf_counter()
+        try:
+            response = await send
+        finally:
+            waited = time.perf_counter() - started
+            self.upstream_s += waited
+        self._metrics.upstream_latency(waited)
+        return response
+
+    async def body(self, read: Awaitable[_T]) -> _T:
+        """`await read`: a wait for the upstream's body (an error, a first event, a reply)."""
+        started = time.perf_counter()
+        try:
+            return await read
+        finally:
+            self.upstream_s += time.perf_counter() - started
+
+    def relay(self, reply: Reply, access: Access) -> Reply:
+        """`reply`, reported now and logged once it has been sent (a stream: at its end)."""
+        self.ready_s = time.perf_counter() - self._started
+        self._metrics.overhead(self.ready_s - self.upstream_s)
+        if access.turn is not None and access.outcome is not None:
+            self._metrics.pressure(access.turn.budget.pressure(access.outcome.tokens_after))
+        if isinstance(reply.body, bytes):
+            self.finish(access, reply.status)
+            return reply
+        return Reply(reply.status, reply.headers, self._streamed(reply, access), reply.close)
+
+    async def _streamed(self, reply: Reply, access: Access) -> AsyncIterator[bytes]:
+        assert not isinstance(reply.body, bytes)
+        # Counted from the first chunk pulled: a body the server never starts to send is
+        # never closed either, and would leave the gauge one too high for good.
+        self._metrics.stream_started()
+        complete = False
+        try:
+            async for chunk in reply.body:
+                yield chunk
+            complete = True
+        finally:
+            self._metrics.stream_ended()
+            self.finish(access, reply.status, aborted=not complete)
+
+    def failed(self, access: Access, exc: BaseException) -> None:
+        """The request ended with `exc` instead of a reply."""
+        if isinstance(exc, ProxyError):
+            status = exc.status_code
+        elif isinstance(exc, asyncio.CancelledError):
+            status = CLIENT_CLOSED
+        else:
+            status = 500
+        self.finish(access, status)
+
+    def finish(self, access: Access, status: int, *, aborted: bool = False) -> None:
+        """Write the request's log line."""
+        if not logger.isEnabledFor(logging.INFO):
+            return  # `log.level: warning` or above: not even the fields are worth building
+        fields = self.fields(access, status)
+        if aborted:
+            fields["aborted"] = True
+        logger.info("response" if fields["api"] == "responses" else "chat completion", extra=fields)
+
+    def fields(self, access: Access, status: int) -> dict[str, Any]:
+        """The log line's fields (all of them, null when unknown)."""
+        fields = access.fields(status)
+        fields["latency_ms"] = _ms(time.perf_counter() - self._started)
+        fields["upstream_ms"] = _ms(self.upstream_s)
+        ready = self.ready_s
+        fields["overhead_ms"] = None if ready is None else _ms(ready - self.upstream_s)
+        if self._log_content and access.request is not None:
+            fields["content"] = last_user_text(access.request.messages)
         return fields
 
 

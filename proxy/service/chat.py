@@ -30,16 +30,16 @@ from proxy.core.budget import output_reserve
 from proxy.core.calibration import updated_calibration
 from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
 from proxy.core.lessons import window_lesson
-from proxy.core.messages import Message
 from proxy.core.overflow import Verdict, classify
 from proxy.core.plan import Compacted, Situation, plan_emergency
 from proxy.core.request import Api, ChatRequest, wire_body
 from proxy.core.sse import StreamTap, opening_error, with_usage_requested
 from proxy.errors import UpstreamError
 from proxy.observability.metrics import Metrics
-from proxy.service.access import Access
-from proxy.service.compactor import Compactor, Outcome
+from proxy.service.access import Stopwatch
+from proxy.service.compactor import Compactor
 from proxy.service.memory import Memory
+from proxy.service.outcome import Outcome
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
@@ -48,12 +48,22 @@ logger = logging.getLogger("proxy.chat")
 _NO_RETRY: Headers = [("x-should-retry", "false")]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The reply to a turn, and the outcome it answers: after a retry, the emergency
+    compaction's (what the provider accepted, or refused a second time)."""
+
+    reply: Reply
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
 class _Sent:
     """One attempt: the response, and what is known of it before relaying."""
 
     response: UpstreamResponse
     estimate: int
+    """Our count of what was sent (raw tokens): the number calibration compares."""
     usage_added: bool
     head: bytes = b""
     """Bytes of a stream already read (its first event) and not yet relayed."""
@@ -82,36 +92,36 @@ class ChatForwarder:
         # Usage is recorded in the background: the answer need not wait for the store.
         self._spawn = spawn
 
-    async def forward(self, turn: Turn, outcome: Outcome, access: Access) -> Reply:
-        """Forward, retrying once after a fixable overflow; `access` times the waits."""
-        sent = await self._send(turn, outcome.forwarded, _estimate(turn, outcome), access)
+    async def forward(self, turn: Turn, outcome: Outcome, watch: Stopwatch) -> Answer:
+        """Forward what `outcome` says; after an overflow compaction can fix, compact hard
+        and forward once more. `watch` times the waits on the upstream."""
+        sent = await self._send(turn, outcome, watch)
         verdict = self._verdict(turn, sent)
         if verdict is None:
-            return await self._success(turn, outcome, sent, access)
+            return Answer(await self._success(turn, outcome, sent, watch), outcome)
         if not verdict.overflow:
-            return self._error(sent, [])
-        retried = await self._after_overflow(turn, outcome, verdict, sent.estimate)
-        if not retried:
-            return self._error(sent, _NO_RETRY)
+            return Answer(self._error(sent, []), outcome)
+        retry = await self._after_overflow(turn, outcome, verdict, sent.estimate)
+        if retry is None:
+            return Answer(self._error(sent, _NO_RETRY), outcome)
         sent.response.close()
-        again = await self._retry(turn, outcome, access)
+        again = await self._retry(turn, retry, watch)
         second = self._verdict(turn, again)
         self._metrics.retry(succeeded=second is None)
         if second is None:
-            return await self._success(turn, outcome, again, access)
-        return self._error(again, _NO_RETRY if second.overflow else [])
+            return Answer(await self._success(turn, retry, again, watch), retry)
+        # Refused twice: the client's own retry would meet the same refusal.
+        return Answer(self._error(again, _NO_RETRY if second.overflow else []), retry)
 
-    async def _retry(self, turn: Turn, outcome: Outcome, access: Access) -> _Sent:
+    async def _retry(self, turn: Turn, outcome: Outcome, watch: Stopwatch) -> _Sent:
         try:
-            return await self._send(turn, outcome.forwarded, _estimate(turn, outcome), access)
+            return await self._send(turn, outcome, watch)
         except UpstreamError:
             self._metrics.retry(succeeded=False)
             raise
 
-    async def _send(
-        self, turn: Turn, messages: list[Message], estimate: int, access: Access
-    ) -> _Sent:
-        request = turn.request
+    async def _send(self, turn: Turn, outcome: Outcome, watch: Stopwatch) -> _Sent:
+        request, messages = turn.request, outcome.forwarded
         usage_added = False
         if request.stream and request.api is Api.CHAT:
             usage_added = with_usage_requested(request.body)[1]
@@ -125,14 +135,13 @@ class ChatForwarder:
         headers = upstream_request_headers(
             turn.incoming.headers, api_key=self._api_key, identity_encoding=True
         )
-        response = await access.headers(
+        response = await watch.headers(
             self._upstream.send(
                 UpstreamRequest("POST", turn.incoming.path, turn.incoming.query, headers, payload)
             )
         )
-        sent = _Sent(response, estimate, usage_added)
-        await access.body(_peek(sent, request))
-        return sent
+        head, error = await watch.body(_opening(response, request))
+        return _Sent(response, _estimate(turn, outcome), usage_added, head, error)
 
     def _verdict(self, turn: Turn, sent: _Sent) -> Verdict | None:
         """None for a success; else what kind of error it is (an overflow is counted)."""
@@ -150,25 +159,25 @@ class ChatForwarder:
 
     async def _after_overflow(
         self, turn: Turn, outcome: Outcome, verdict: Verdict, estimate: int
-    ) -> bool:
-        """Learn from the overflow and compact hard; False when nothing can be done."""
+    ) -> Outcome | None:
+        """Learn from the overflow and compact hard: what to forward instead, or None when
+        nothing can be done."""
         window = await self._lesson(turn, verdict, estimate)
         if not verdict.compaction_can_fix:
-            return False
+            return None
         situation = Situation(outcome.messages, turn.request.body, turn.policy, turn.budget)
         result = await turn.planned(
             outcome.messages, lambda c: plan_emergency(situation, c, stated_limit=window)
         )
         if not isinstance(result, Compacted):
-            return False
+            return None
         logger.info(
             "overflow (%s): emergency compaction %d -> %d tokens, retrying once",
             verdict.kind,
             result.tokens_before,
             result.tokens_after,
         )
-        await self._compactor.freeze(turn, result, "overflow", outcome)
-        return True
+        return (await self._compactor.freeze(turn, result, "overflow", outcome)).outcome
 
     async def _lesson(self, turn: Turn, verdict: Verdict, estimate: int) -> int | None:
         """The window the overflow taught the tenant, if its numbers are believed."""
@@ -198,11 +207,11 @@ class ChatForwarder:
         )
         return Reply(sent.response.status, [*headers, *extra], sent.error or b"")
 
-    async def _success(self, turn: Turn, outcome: Outcome, sent: _Sent, access: Access) -> Reply:
+    async def _success(self, turn: Turn, outcome: Outcome, sent: _Sent, watch: Stopwatch) -> Reply:
         headers = client_response_headers(sent.response.headers)
         if not turn.request.stream:
             try:
-                raw = await access.body(sent.response.read())
+                raw = await watch.body(sent.response.read())
             finally:
                 sent.response.close()
             self._spawn(self._record_usage(turn, outcome, sent.estimate, _usage_of(raw)))
@@ -241,17 +250,16 @@ class ChatForwarder:
         await self._memory.record_usage(turn.tenant, turn.session, usage, pressure)
 
 
-async def _peek(sent: _Sent, request: ChatRequest) -> None:
-    """Read an error body, or a stream's opening events, before anything is relayed."""
-    response = sent.response
+async def _opening(response: UpstreamResponse, request: ChatRequest) -> tuple[bytes, bytes | None]:
+    """What must be read before anything is relayed: an error's body, or a stream's opening
+    events (its head) and whether they hold an error (then they are the error too)."""
     if response.status >= 400:
         try:
-            sent.error = await response.read()
+            return b"", await response.read()
         finally:
             response.close()
-        return
     if not request.stream:
-        return
+        return b"", None
     responses = request.api is Api.RESPONSES
     buffer = b""
     failed: bool | None = None
@@ -260,9 +268,7 @@ async def _peek(sent: _Sent, request: ChatRequest) -> None:
         failed = opening_error(buffer, responses=responses)
         if failed is not None:
             break
-    sent.head = buffer
-    if failed:
-        sent.error = buffer
+    return buffer, buffer if failed else None
 
 
 def _estimate(turn: Turn, outcome: Outcome) -> int:

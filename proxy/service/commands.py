@@ -19,8 +19,8 @@ from proxy.core.commands import (
 )
 from proxy.core.request import ChatRequest
 from proxy.errors import NothingToCompactError, SessionNotFoundError
-from proxy.service.compactor import unchanged
 from proxy.service.operator import Operator, SessionRef, summary
+from proxy.service.outcome import unchanged
 from proxy.service.replies import Incoming, Reply
 from proxy.service.reports import context_report
 from proxy.service.turns import Turn, Turns, credentials_of

@@ -22,17 +22,17 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import TypeGuard
+from dataclasses import dataclass, replace
 
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
-from proxy.core.messages import Message, tool_calls
+from proxy.core.messages import tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.prepared import covered, note_key
 from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
+from proxy.service.outcome import Outcome, unchanged
 from proxy.service.preparer import Preparer
 from proxy.service.turns import Turn
 
@@ -45,26 +45,13 @@ LOCK_WAIT_S = 10.0
 _POLL_S = 0.1
 
 
-@dataclass(slots=True)
-class Outcome:
-    """What a turn forwards, and what compaction did to get there."""
+@dataclass(frozen=True, slots=True)
+class Frozen:
+    """A compaction frozen as a checkpoint: what the turn forwards now, and whether this
+    request's checkpoint is the one stored (False when another request's won)."""
 
-    messages: list[Message]
-    tokens_before: int
-    tokens_after: int
-    pressure: float
-    strategy: str | None = None
-    injected: list[Message] = field(default_factory=list)
-    sent: int = 0
-    """Our count of the request as the client sent it (before any checkpoint was applied)."""
-    tried: bool = False
-    """Whether the plan ran (not waiting under the trigger, off, or malformed)."""
-    summary_wait_s: float = 0.0
-    """How long the compaction waited for the summarizer (only an explicit one does)."""
-
-    @property
-    def forwarded(self) -> list[Message]:
-        return [*self.messages, *self.injected]
+    outcome: Outcome
+    stored: bool
 
 
 class Compactor:
@@ -92,15 +79,15 @@ class Compactor:
         """Run the hooks due at turn start and return what to forward."""
         outcome = unchanged(turn)
         for action in self._due(turn, outcome):
-            await self._perform(action, turn, outcome)
-        self.preparer.prepare(turn, outcome.messages, outcome.tokens_after)
+            outcome = await self._perform(action, turn, outcome)
+        self.preparer.prepare(turn, outcome)
         return outcome
 
-    async def compact_now(self, turn: Turn, outcome: Outcome, strategy: str | None) -> None:
+    async def compact_now(self, turn: Turn, strategy: str | None) -> Outcome:
         """The operator's `/compact`: everything but the pinned messages and the recent
         window goes, however low the pressure (a forced plan takes all its layers allow)."""
         action = hooks.CompactContext(strategy=strategy, force=True)
-        await self._compact(action, turn, outcome, trigger="manual")
+        return await self._compact(action, turn, unchanged(turn), trigger="manual")
 
     @property
     def has_turn_end_hooks(self) -> bool:
@@ -110,10 +97,12 @@ class Compactor:
         """Run the hooks due at turn end; a compaction there prepares the next turn (its
         checkpoint is found by the next request, which extends this one)."""
         for action in self._due(turn, outcome, "turn_end"):
-            if isinstance(action, hooks.Log):
+            if isinstance(action, hooks.CompactContext):
+                outcome = await self._compact(action, turn, outcome)
+            else:
+                # A log line. (The settings refuse a message to inject after the answer:
+                # nobody would read it; one given in code is logged like a log line.)
                 logger.info("hook: %s", action.message)
-            elif isinstance(action, hooks.CompactContext):
-                await self._compact(action, turn, outcome)
 
     def _due(
         self, turn: Turn, outcome: Outcome, event: hooks.Event = "turn_start"
@@ -139,13 +128,14 @@ class Compactor:
             fired[index] = now
         return [action for _, action in due]
 
-    async def _perform(self, action: hooks.Action, turn: Turn, outcome: Outcome) -> None:
+    async def _perform(self, action: hooks.Action, turn: Turn, outcome: Outcome) -> Outcome:
         if isinstance(action, hooks.Log):
             logger.info("hook: %s", action.message)
-        elif isinstance(action, hooks.InjectMessage):
-            outcome.injected.append({"role": action.role, "content": action.message})
-        else:
-            await self._compact(action, turn, outcome)
+            return outcome
+        if isinstance(action, hooks.InjectMessage):
+            message = {"role": action.role, "content": action.message}
+            return replace(outcome, injected=(*outcome.injected, message))
+        return await self._compact(action, turn, outcome)
 
     async def _compact(
         self,
@@ -154,7 +144,7 @@ class Compactor:
         outcome: Outcome,
         *,
         trigger: str | None = None,
-    ) -> None:
+    ) -> Outcome:
         changes = {
             "strategy": action.strategy,
             "keep_recent": action.keep_recent,
@@ -172,24 +162,26 @@ class Compactor:
         plan = await turn.planned(situation.messages, lambda c: plan_compaction(situation, c))
         # Whether compaction had its chance: after it, a request still over the provider's
         # window cannot be helped, and the proxy answers the overflow itself.
-        outcome.tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
+        tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
+        outcome = replace(outcome, tried=tried)
         trigger = trigger or ("hook" if action.force else "pressure")
         if isinstance(plan, NeedsSummary) and trigger == "manual":
-            await self._summarize_once(plan, turn, outcome, trigger)
-        elif isinstance(plan, NeedsSummary):
-            await self._with_prepared(plan, turn, outcome, trigger)
-        elif isinstance(plan, Compacted):
-            await self.freeze(turn, plan, trigger, outcome)
-        elif plan.reason == "cooldown":
+            return await self._summarize_once(plan, turn, outcome, trigger)
+        if isinstance(plan, NeedsSummary):
+            return await self._with_prepared(plan, turn, outcome, trigger)
+        if isinstance(plan, Compacted):
+            return (await self.freeze(turn, plan, trigger, outcome)).outcome
+        if plan.reason == "cooldown":
             # Over the trigger, yet just compacted: by a request that stored its checkpoint
             # after this one looked for it (the two were read at once). Forward that one.
             stored = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
-            if _newer(stored, turn):
-                _adopt(turn, stored, outcome)
+            if outcome.newer(stored):
+                return outcome.over(turn, stored)
+        return outcome
 
     async def _with_prepared(
         self, need: NeedsSummary, turn: Turn, outcome: Outcome, trigger: str
-    ) -> None:
+    ) -> Outcome:
         """Compact with the summary prepared for the span (the part of it that one covers),
         else truncate at once; what no summary covered is summarized for the next time."""
         keys = need.keys
@@ -198,11 +190,10 @@ class Compactor:
             self._memory.find_checkpoint(turn.tenant, turn.hashes),
             self.preparer.find(turn.tenant, [*([fold] if fold else []), *keys]),
         )
-        if _newer(stored, turn):
+        if outcome.newer(stored):
             # Another request compacted this conversation since this one was read: forward
             # that (one compaction, and one prefix for the provider's cache).
-            _adopt(turn, stored, outcome)
-            return
+            return outcome.over(turn, stored)
         done = covered(keys, found)
         # What was prepared for this compaction: the summary of what the previous one
         # dropped, a summary of the span's start.
@@ -219,14 +210,16 @@ class Compactor:
             if used
             else None
         )
-        if await self.freeze(turn, result, trigger, outcome, prepared):
+        frozen = await self.freeze(turn, result, trigger, outcome, prepared)
+        if frozen.stored:
             # Only the request whose compaction was stored: the others forward that one.
             self.preparer.settled(turn, used=bool(used))
             self.preparer.fold(turn, result)
+        return frozen.outcome
 
     async def _summarize_once(
         self, need: NeedsSummary, turn: Turn, outcome: Outcome, trigger: str
-    ) -> None:
+    ) -> Outcome:
         """Summarize and store under this prefix's lock, across all replicas.
 
         The lock is held until the checkpoint is stored (or the attempt given up): a request
@@ -235,42 +228,38 @@ class Compactor:
         """
         if not self.preparer.allows():
             self._metrics.summary_skipped()
-            await self.freeze(turn, need.fallback(), trigger, outcome)
-            return
+            return (await self.freeze(turn, need.fallback(), trigger, outcome)).outcome
         name = f"compact:{turn.hashes[-1]}"
         token = await self._memory.acquire(turn.tenant, name, self._lock_ttl_s)
         if token is None:
             # Another request (maybe on another replica) is summarizing this very prefix.
-            waited = await self._wait_for_checkpoint(turn)
+            waited = await self._wait_for_checkpoint(turn, outcome)
             if waited is not None:
-                _adopt(turn, waited, outcome)
-            else:
-                await self.freeze(turn, need.fallback(), trigger, outcome)
-            return
+                return outcome.over(turn, waited)
+            return (await self.freeze(turn, need.fallback(), trigger, outcome)).outcome
         try:
             stored = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
-            if _newer(stored, turn):
-                _adopt(turn, stored, outcome)
-                return
+            if outcome.newer(stored):
+                return outcome.over(turn, stored)
             started = time.perf_counter()
+            summary: SummaryResult | None
             try:
                 summary = await self.preparer.write(need, turn)
             except SummaryFailedError as exc:
                 logger.warning("summary failed, truncating instead: %s", exc)
-                await self.freeze(turn, need.fallback(), trigger, outcome)
-                return
-            finally:
-                outcome.summary_wait_s = time.perf_counter() - started
-            await self.freeze(turn, need.complete(summary.text), trigger, outcome, summary)
+                summary = None
+            outcome = replace(outcome, summary_wait_s=time.perf_counter() - started)
+            result = need.fallback() if summary is None else need.complete(summary.text)
+            return (await self.freeze(turn, result, trigger, outcome, summary)).outcome
         finally:
             await self._memory.release(turn.tenant, name, token)
 
-    async def _wait_for_checkpoint(self, turn: Turn) -> Checkpoint | None:
+    async def _wait_for_checkpoint(self, turn: Turn, outcome: Outcome) -> Checkpoint | None:
         deadline = time.monotonic() + LOCK_WAIT_S
         while time.monotonic() < deadline:
             await asyncio.sleep(_POLL_S)
             found = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
-            if _newer(found, turn):
+            if outcome.newer(found):
                 return found
         return None
 
@@ -281,17 +270,16 @@ class Compactor:
         trigger: str,
         outcome: Outcome,
         summary: SummaryResult | None = None,
-    ) -> bool:
-        """Store `result` as the turn's checkpoint and make it what the turn forwards
-        (nothing when it took no step: a summary no smaller than its span changed nothing).
+    ) -> Frozen:
+        """Store `result` as the turn's checkpoint and forward it (nothing changes when it
+        took no step: a summary no smaller than its span changed nothing).
 
-        Whether this compaction is the one stored: set-if-absent, so when another request
-        froze the same prefix first, its version wins, every request that extends the prefix
-        forwards the same bytes, and only the winner is recorded as a compaction (fifty
-        identical requests are one compaction, not fifty).
+        Set-if-absent: when another request froze the same prefix first, its version wins,
+        every request that extends the prefix forwards the same bytes, and only the winner
+        is recorded as a compaction (fifty identical requests are one compaction, not fifty).
         """
         if not result.steps:
-            return False
+            return Frozen(outcome, stored=False)
         made = new_checkpoint(
             turn.head,
             turn.body,
@@ -303,14 +291,20 @@ class Compactor:
             tokens_after=result.tokens_after,
         )
         if made is None:
-            outcome.messages = result.messages
-            outcome.tokens_after = turn.tokens(outcome.messages)
-            outcome.strategy = result.strategy
+            # The body is unchanged (only the head was cut): there is no prefix of the
+            # conversation to freeze, so this is forwarded as it is and not stored.
+            messages = result.messages
+            outcome = replace(
+                outcome,
+                messages=messages,
+                tokens_after=turn.tokens(messages),
+                strategy=result.strategy,
+            )
         else:
             stored = await self._memory.put_checkpoint(turn.tenant, made)
-            _adopt(turn, stored, outcome)
+            outcome = outcome.over(turn, stored)
             if stored is not made:
-                return False
+                return Frozen(outcome, stored=False)
         record = CompactionRecord(
             time.time(),
             trigger,
@@ -326,24 +320,4 @@ class Compactor:
         self._metrics.compaction(
             result.strategy, trigger, estimate(result.tokens_before), estimate(result.tokens_after)
         )
-        return True
-
-
-def unchanged(turn: Turn) -> Outcome:
-    """The turn's view as it stands, before any compaction of this turn."""
-    messages = turn.view()
-    tokens = turn.tokens(messages)
-    return Outcome(messages, tokens, tokens, turn.budget.pressure(tokens))
-
-
-def _newer(checkpoint: Checkpoint | None, turn: Turn) -> TypeGuard[Checkpoint]:
-    """Whether `checkpoint` covers more of the conversation than the one the turn came with."""
-    covered = turn.checkpoint.covered if turn.checkpoint else 0
-    return checkpoint is not None and checkpoint.covered > covered
-
-
-def _adopt(turn: Turn, checkpoint: Checkpoint, outcome: Outcome) -> None:
-    turn.checkpoint = checkpoint
-    outcome.messages = turn.view()
-    outcome.tokens_after = turn.tokens(outcome.messages)
-    outcome.strategy = checkpoint.strategy
+        return Frozen(outcome, stored=True)

@@ -29,7 +29,7 @@ from proxy.core.session import (
 )
 from proxy.core.urls import redact
 from proxy.errors import NothingToCompactError, SessionNotFoundError
-from proxy.service.compactor import Compactor, unchanged
+from proxy.service.compactor import Compactor
 from proxy.service.replies import Incoming
 from proxy.service.reports import context_report
 from proxy.service.turns import Turns
@@ -149,13 +149,11 @@ class Operator:
         body = {**shape, "messages": messages}
         request = ChatRequest(jsoncodec.dumps(body), body)
         turn = await self._turns.resume(incoming, request, tenant=ref.tenant, session=ref.id)
-        outcome = unchanged(turn)
-        before = outcome.tokens_after
-        await self._compactor.compact_now(turn, outcome, strategy)
+        outcome = await self._compactor.compact_now(turn, strategy)
         return {
             "compacted": outcome.strategy is not None,
             "strategy": outcome.strategy,
-            "tokens_before": turn.budget.estimate(before),
+            "tokens_before": turn.budget.estimate(outcome.tokens_before),
             "tokens_after": turn.budget.estimate(outcome.tokens_after),
             "summary_wait_s": round(outcome.summary_wait_s, 3),
             "context": context_report(turn, outcome).to_json(),

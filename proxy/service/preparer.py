@@ -42,6 +42,7 @@ from proxy.core.plan import Compacted, NeedsSummary, Situation, SummaryTask, pla
 from proxy.core.prepared import covered, note_key, preparing
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
+from proxy.service.outcome import Outcome
 from proxy.service.turns import Turn
 
 logger = logging.getLogger("proxy.compaction")
@@ -118,10 +119,11 @@ class Preparer:
 
     # --- starting jobs -----------------------------------------------------------------------
 
-    def prepare(self, turn: Turn, messages: list[Message], tokens: int) -> None:
-        """Start writing the summary `turn`'s conversation (`messages`, `tokens` raw tokens)
-        will need at its next compaction, if it is due and not being written already."""
+    def prepare(self, turn: Turn, outcome: Outcome) -> None:
+        """Start writing the summary `turn`'s conversation (what `outcome` forwards) will
+        need at its next compaction, if it is due and not being written already."""
         policy, budget = turn.policy, turn.budget
+        messages, tokens = outcome.messages, outcome.tokens_after
         if turn.session is None or not preparing(budget.pressure(tokens), policy):
             return
         conversation = (turn.tenant, turn.session)
@@ -133,7 +135,7 @@ class Preparer:
             # serves the next: a summary per compaction at most, none ahead.
             return
         # Checked again after a compaction (a new checkpoint), else after enough growth.
-        prefix = turn.checkpoint.prefix_hash if turn.checkpoint else None
+        prefix = outcome.checkpoint.prefix_hash if outcome.checkpoint else None
         last = self._checked.get(conversation)
         grown = tokens - last[1] if last is not None and last[0] == prefix else None
         if grown is not None and 0 <= grown < budget.tokens_at(RECHECK_SHARE):
@@ -165,7 +167,7 @@ class Preparer:
         if len(self._running) >= self._max_jobs:
             logger.debug("summary jobs at their bound: not preparing %s", conversation)
             return
-        task = asyncio.create_task(self._guarded(job()))
+        task = asyncio.create_task(self._guarded(job))
         self._running[conversation] = task
         task.add_done_callback(lambda _: self._finished(conversation))
 
@@ -175,10 +177,12 @@ class Preparer:
         if waiting is not None:
             self._start(conversation, waiting)
 
-    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
-        # A job is nobody's request: what goes wrong is logged and counted, never lost.
+    async def _guarded(self, job: _Job) -> None:
+        # A job is nobody's request: what goes wrong is logged and counted, never lost. Its
+        # coroutine is made here, inside the task: a task cancelled before it ran (the proxy
+        # closing) would otherwise leave a coroutine never awaited, and Python warns of it.
         try:
-            await work
+            await job()
         except asyncio.CancelledError:
             raise
         except Exception:

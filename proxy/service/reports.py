@@ -17,7 +17,7 @@ from typing import Any
 from proxy.core.breakdown import breakdown
 from proxy.core.digests import digest
 from proxy.core.session import Checkpoint, ContextReport, TurnPoint
-from proxy.service.compactor import Outcome
+from proxy.service.outcome import Outcome
 from proxy.service.turns import Turn
 
 # Sessions whose last stored request shape (the body without messages) is remembered, so

@@ -49,9 +49,14 @@ _T = TypeVar("_T")
 _CREDENTIAL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Turn:
-    """One chat completion request and the state of its conversation."""
+    """One chat completion request and the state of its conversation, as read before any
+    compaction of this turn: a compaction makes a new `Outcome`, never a new turn.
+
+    Frozen, but not deep: `counter` and `digests` are caches that fill as the turn is
+    counted (that is what they are for), and the message lists are never changed in place.
+    """
 
     request: ChatRequest
     incoming: Incoming
@@ -65,6 +70,7 @@ class Turn:
     counter: TokenCounter
     state: SessionState
     checkpoint: Checkpoint | None
+    """The checkpoint the request came with (the one its view extends before compaction)."""
     credentials: Headers
     digests: Digests
     """Each message's digest, computed once for counting, chain hashes and the archive."""
@@ -73,9 +79,10 @@ class Turn:
     def model(self) -> str | None:
         return self.request.model
 
-    def view(self) -> list[Message]:
-        """What would be forwarded without a new compaction: `head + R + body[k:]`."""
-        return view(self.head, self.body, self.checkpoint)
+    def view(self, checkpoint: Checkpoint | None) -> list[Message]:
+        """What is forwarded over `checkpoint` (R for the first k messages of the body):
+        `head + R + body[k:]`."""
+        return view(self.head, self.body, checkpoint)
 
     def tokens(self, messages: list[Message]) -> int:
         """Our raw (uncalibrated) count of a request carrying `messages`."""

@@ -162,3 +162,30 @@ async def test_an_idle_connection_is_not_reused_past_its_keepalive(server_url: s
         assert await port() != first
     finally:
         await upstream.aclose()
+
+
+async def test_the_query_string_goes_upstream_with_the_path(
+    upstream_url: str, upstream: MockUpstream
+) -> None:
+    # Passthrough endpoints take their options in the query (`GET /v1/models?limit=2`).
+    client = AiohttpUpstream(upstream_url, timeout_s=5)
+    await client.open()
+    try:
+        response = await client.send(UpstreamRequest("GET", "models", "limit=2&order=asc", []))
+        response.close()
+    finally:
+        await client.aclose()
+    assert (upstream.last.path, upstream.last.query) == ("/v1/models", "limit=2&order=asc")
+
+
+async def test_is_open_between_open_and_close_and_closing_twice_is_harmless() -> None:
+    # Readiness reads `is_open`; shutdown closes every client, one that never opened (a
+    # startup that failed halfway) or already closed included, without raising.
+    client = AiohttpUpstream("http://127.0.0.1:9/v1", timeout_s=1)
+    assert not client.is_open
+    await client.aclose()
+    await client.open()
+    assert client.is_open
+    await client.aclose()
+    assert not client.is_open
+    await client.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, closing, contextmanager
@@ -12,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
 from proxy.adapters.upstream import AiohttpUpstream
 from proxy.demo.servers import listening_socket
 from proxy.demo.servers import serve as serve_on
@@ -127,3 +129,51 @@ async def test_a_probe_under_way_is_abandoned_on_close() -> None:
             await reachability.aclose()
             await reachability.settle()  # returns at once: nothing is under way any more
             assert reachability.problem() is None
+
+
+def held(gate: asyncio.Event, seen: list[str]) -> Starlette:
+    """An upstream that records each GET and answers it once `gate` is set."""
+
+    async def endpoint(request: Request) -> JSONResponse:
+        seen.append(request.url.path)
+        await gate.wait()
+        return JSONResponse({"object": "list", "data": []})
+
+    return Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET"])])
+
+
+async def test_a_probe_under_way_is_not_doubled_by_another_renew() -> None:
+    # `/readyz` may be asked many times a second: while a probe waits on a slow upstream,
+    # asking again starts no second one (even with no interval), so probes never pile up.
+    gate, seen = asyncio.Event(), list[str]()
+    upstream = AsgiUpstream(held(gate, seen))
+    await upstream.open()
+    reachability = Reachability(upstream, api_key=None, interval_s=0)
+    reachability.renew()
+    await asyncio.sleep(0.01)
+    reachability.renew()
+    await asyncio.sleep(0.01)
+    assert seen == ["/v1/models"]
+    gate.set()
+    await reachability.settle()
+    assert await probed(reachability) is None  # that one over, the next renew probes
+    assert seen == ["/v1/models", "/v1/models"]
+    await reachability.aclose()
+
+
+async def test_settle_and_close_before_any_probe_return_at_once() -> None:
+    # The service closes its reachability on shutdown whether or not `/readyz` was ever asked.
+    async with opened("http://127.0.0.1:9/v1") as upstream:
+        reachability = Reachability(upstream, api_key=None)
+        await reachability.settle()
+        await reachability.aclose()
+        assert reachability.problem() is None
+
+
+async def test_a_probe_meeting_a_closed_client_reports_no_problem() -> None:
+    # On shutdown the upstream client may close before a probe just renewed sends: that is
+    # the proxy stopping, not the upstream failing, so nothing is shown against it.
+    async with opened("http://127.0.0.1:9/v1") as upstream:
+        pass
+    assert not upstream.is_open
+    assert await probed(Reachability(upstream, api_key=None)) is None

@@ -1,0 +1,70 @@
+"""What a turn forwards: the value each step of its compaction returns.
+
+A turn (`turns.py`) is what the request brought; an `Outcome` is what is decided about it.
+The first is the turn's view as it stands (`unchanged`); a hook's message, a compaction
+frozen as a checkpoint (`compactor.py`), another request's checkpoint adopted, the emergency
+compaction after an overflow (`chat.py`) each return the next one. Nothing changes an
+outcome in place, so a caller holds what was decided when it got it, and the service's
+request path reads as the sequence of values it goes through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TypeGuard
+
+from proxy.core.messages import Message
+from proxy.core.session import Checkpoint
+from proxy.service.turns import Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a turn forwards, and what compaction did to get there.
+
+    A value: each step of the compaction (a hook's message, a plan frozen as a checkpoint,
+    another request's checkpoint adopted, an emergency compaction after an overflow) returns
+    the next one, so what a caller holds is what was decided when it got it.
+    """
+
+    messages: list[Message]
+    tokens_before: int
+    tokens_after: int
+    pressure: float
+    checkpoint: Checkpoint | None
+    """The checkpoint `messages` extend: the turn's own, or the one a compaction stored."""
+    strategy: str | None = None
+    injected: tuple[Message, ...] = ()
+    sent: int = 0
+    """Our count of the request as the client sent it (before any checkpoint was applied)."""
+    tried: bool = False
+    """Whether the plan ran (not waiting under the trigger, off, or malformed)."""
+    summary_wait_s: float = 0.0
+    """How long the compaction waited for the summarizer (only an explicit one does)."""
+
+    @property
+    def forwarded(self) -> list[Message]:
+        return [*self.messages, *self.injected]
+
+    def over(self, turn: Turn, checkpoint: Checkpoint) -> Outcome:
+        """This outcome forwarding the turn's view over `checkpoint` instead."""
+        messages = turn.view(checkpoint)
+        return replace(
+            self,
+            messages=messages,
+            tokens_after=turn.tokens(messages),
+            checkpoint=checkpoint,
+            strategy=checkpoint.strategy,
+        )
+
+    def newer(self, checkpoint: Checkpoint | None) -> TypeGuard[Checkpoint]:
+        """Whether `checkpoint` covers more of the conversation than the one forwarded."""
+        covered = self.checkpoint.covered if self.checkpoint else 0
+        return checkpoint is not None and checkpoint.covered > covered
+
+
+def unchanged(turn: Turn) -> Outcome:
+    """The turn's view as it stands, before any compaction of this turn."""
+    messages = turn.view(turn.checkpoint)
+    tokens = turn.tokens(messages)
+    return Outcome(messages, tokens, tokens, turn.budget.pressure(tokens), turn.checkpoint)
