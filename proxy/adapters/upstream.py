@@ -32,7 +32,7 @@ What the proxy needs from it, and how each is met:
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -49,8 +49,6 @@ Body = bytes | AsyncIterable[bytes] | None
 
 # Headers aiohttp would add on its own; a transparent proxy sends only what the client sent.
 _AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
-
-ConnectorFactory = Callable[[], aiohttp.BaseConnector]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +151,6 @@ class AiohttpUpstream:
         timeout_s: float,
         max_connections: int = 1000,
         keepalive_s: float = 4.0,
-        connector_factory: ConnectorFactory | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.shown_url = redact(self.base_url)
@@ -166,7 +163,6 @@ class AiohttpUpstream:
         )
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
-        self._connector_factory = connector_factory
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -175,17 +171,14 @@ class AiohttpUpstream:
 
     async def open(self) -> None:
         """Create the connection pool; must run inside the event loop that will use it."""
-        if self._connector_factory is not None:
-            connector = self._connector_factory()
-        else:
-            # Idle connections are dropped before the upstream's own idle time-out (5 s for
-            # uvicorn, Node, llama.cpp): a POST sent on a connection the server is closing
-            # fails, and neither aiohttp nor we may resend a POST (it is not idempotent).
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections,
-                limit_per_host=0,
-                keepalive_timeout=self._keepalive_s,
-            )
+        # Idle connections are dropped before the upstream's own idle time-out (5 s for
+        # uvicorn, Node, llama.cpp): a POST sent on a connection the server is closing
+        # fails, and neither aiohttp nor we may resend a POST (it is not idempotent).
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections,
+            limit_per_host=0,
+            keepalive_timeout=self._keepalive_s,
+        )
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=self._timeout,

@@ -66,12 +66,11 @@ class Memory:
         self._closed = False
         self._facts: dict[tuple[str, str, str], tuple[float, float | None]] = {}
 
-    async def _try(self, call: Awaitable[_T], default: _T, *, write: bool = False) -> _T:
+    async def _try(self, call: Coroutine[Any, Any, _T], default: _T, *, write: bool = False) -> _T:
         """`call`'s value, or `default` when the store failed or its breaker is open;
         `write`: the call stores something (counted as lost when it is not made)."""
         if self._down:
-            if isinstance(call, Coroutine):
-                call.close()  # never awaited: closed, so Python does not warn about it
+            call.close()  # never awaited: closed, so Python does not warn about it
             self._served_around(write)
             self._start_probe()
             return default
@@ -254,7 +253,7 @@ class Memory:
         kind: str,
         tenant: str,
         model: str | None,
-        read: Callable[[str, str], Awaitable[float | int | None]],
+        read: Callable[[str, str], Coroutine[Any, Any, float | int | None]],
     ) -> float | None:
         key = (kind, tenant, model or "")
         cached = self._facts.get(key)
