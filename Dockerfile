@@ -7,21 +7,25 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 RUN python -m venv /opt/venv && /opt/venv/bin/pip install .
-# tiktoken downloads its encodings on first use; fetch them now, at build time, so that a
-# running container never needs the network for them.
-ENV TIKTOKEN_CACHE_DIR=/opt/tiktoken
-RUN /opt/venv/bin/python -c "import tiktoken; [tiktoken.get_encoding(n) for n in ('o200k_base', 'cl100k_base')]"
+# Exact token counts need no download: o200k_base and cl100k_base load from quicktok-v1's data
+# files (proxy/adapters/tokenizer.py), checked against tiktoken's own sha256. The proxy reads
+# those two files and nothing else of the package, so the image drops what it never uses:
+# numpy (about 70 MB; only quicktok's own tokenizer, which is never imported, needs it) and
+# the Llama 3 and Qwen vocabularies (Llama 3's comes under Meta's licence, which we would
+# otherwise redistribute). The last line fails the build if the counts would not be exact.
+RUN /opt/venv/bin/pip uninstall --yes numpy \
+    && rm -f /opt/venv/lib/python3.11/site-packages/quicktok/data/llama3.vocab \
+             /opt/venv/lib/python3.11/site-packages/quicktok/data/qwen3.vocab \
+    && /opt/venv/bin/python -c "from proxy.adapters.tokenizer import exact_offline; exact_offline()"
 
 FROM python:3.11.13-slim-bookworm
 RUN groupadd --system --gid 10001 proxy \
     && useradd --system --uid 10001 --gid proxy --home-dir /app --no-create-home proxy
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build /opt/tiktoken /opt/tiktoken
 COPY config/proxy.yaml /app/config/proxy.yaml
 WORKDIR /app
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    TIKTOKEN_CACHE_DIR=/opt/tiktoken \
     COMPACTION_PROXY_SERVER__HOST=0.0.0.0 \
     COMPACTION_PROXY_SERVER__PORT=8080
 USER proxy

@@ -192,6 +192,14 @@ def packaged_encoding(name: str, package: str = PACKAGE) -> tiktoken.Encoding:
     return _encoding_from_file(name, _package_dir(package) / "data" / spec.package_file)
 
 
+def exact_offline(package: str = PACKAGE) -> None:
+    """Check that every encoding the proxy counts with loads from `package` alone (no
+    cache folder, no download): the container image runs this at build time, after removing
+    what of the package the proxy never reads. Raises as `packaged_encoding` does."""
+    for name in SPECS:
+        packaged_encoding(name, package)
+
+
 def _package_dir(package: str) -> Path:
     try:
         found = importlib.util.find_spec(package)

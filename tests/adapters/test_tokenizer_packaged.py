@@ -12,6 +12,7 @@ import hashlib
 import logging
 import shutil
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from proxy.adapters.tokenizer import (
     _package_dir,
     _read_ranks,
     _tiktoken_file,
+    exact_offline,
     load_encoders,
     packaged_encoding,
 )
@@ -163,3 +165,37 @@ def test_hiding_the_package_hides_its_data(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(FileNotFoundError):
         packaged_encoding(O200K_BASE)
     shutil.rmtree(shadow)
+
+
+def _image_like_package(root: Path, files: tuple[str, ...]) -> None:
+    """A `quicktok` package holding only `files` of the installed one's data, as the
+    container image keeps it (see the Dockerfile)."""
+    source = package_data()
+    data = root / PACKAGE / "data"
+    data.mkdir(parents=True)
+    (root / PACKAGE / "__init__.py").write_text("")
+    for name in files:
+        shutil.copy(source / name, data / name)
+
+
+def test_the_images_trimmed_package_counts_exactly_without_numpy(
+    offline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Dockerfile removes numpy and the vocabularies the proxy never reads, then runs
+    `exact_offline`: both encodings must still load, exactly, from the two files left."""
+    _image_like_package(tmp_path, (SPECS[O200K_BASE].package_file, SPECS[CL100K_BASE].package_file))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` raises ImportError
+    exact_offline()
+    encoders = load_encoders()
+    assert encoders.for_model("gpt-4o").count("hello world") == 2
+    assert encoders.for_model("gpt-4").name == CL100K_BASE
+
+
+def test_the_images_build_check_fails_when_an_encoding_is_missing(
+    offline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _image_like_package(tmp_path, (SPECS[O200K_BASE].package_file,))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        exact_offline()
