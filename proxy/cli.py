@@ -70,8 +70,9 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     inspect = commands.add_parser(
         "inspect",
         help="show what the proxy would forward for a request, without sending it",
-        description="Dry-run a chat completion request body: token breakdown, pressure, and "
-        "the messages compaction would forward.",
+        description="Run a chat completion (or Responses API) request body through the proxy "
+        "as `serve` runs it, with the provider replaced by a recorder: token breakdown, "
+        "pressure, and the messages it would forward.",
     )
     inspect.add_argument("request", type=Path, metavar="REQUEST.json")
     inspect.add_argument(
@@ -82,10 +83,14 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     inspect.add_argument(
         "--summary-url",
         metavar="URL",
-        help="OpenAI-compatible base URL to summarize with (else summaries become truncation)",
+        help="the summary brain's base URL (summary_brain.base_url); without one, summaries "
+        "become truncation",
     )
     inspect.add_argument(
-        "--force", action="store_true", help="compact even under the trigger (like /compact)"
+        "--force",
+        action="store_true",
+        help="compact as the operator's /compact does, even under the trigger, waiting for "
+        "the summary",
     )
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.set_defaults(run=_inspect)
@@ -134,11 +139,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _inspect(settings: Settings, args: argparse.Namespace) -> int:
+    import asyncio
+
     from proxy.dry_run import DryRunError, Options, inspect_file, render_text
 
     options = Options(args.context_window, args.strategy, args.summary_url, args.force)
     try:
-        report = inspect_file(args.request, settings, options)
+        report = asyncio.run(inspect_file(args.request, settings, options))
     except DryRunError as exc:
         print(f"compaction-proxy: {exc}", file=sys.stderr)
         return EXIT_INPUT

@@ -1,47 +1,52 @@
-"""`compaction-proxy inspect`: what the proxy would do with one request, without sending it.
+"""`compaction-proxy inspect`: what `serve` would forward for one request, without sending it.
 
-Reads a chat completion body from a file, counts it the way the proxy does, decides the
-model's window and budget by the same rules as `serve` (`proxy.core.windows.decide_window`,
-`proxy.core.budget.request_budget`: when nothing explicit or well known gives the window,
-the configured upstream's `/v1/models` is asked, as `serve` does), runs the same compaction
-plan, and reports the token breakdown, the pressure and the messages that would be
-forwarded. A window `serve` learned from an overflow error lives in its store and is not
-known here. The summary layer needs an LLM: with `--summary-url` the summarizer is called
-for real (an OpenAI-compatible base URL); without it, the plan falls back to truncation, as
-the proxy does when its summarizer fails.
+There is one pipeline. `inspect` builds the proxy as `serve` does (`proxy.web.create_app`,
+with the embedded store) and sends the request file through the service's own entry point;
+only the provider is replaced, by a `RecordingUpstream` that keeps the request the service
+forwards and answers it itself. Everything else is `serve`'s: the window (its `models:`
+entry, the configuration, the table of known models, else the configured upstream's
+`/v1/models`, asked for real), the budget, the hooks, the compaction and the summary brain.
+The report is made of what was recorded and of the service's own numbers (its
+`x-compaction-*` headers and the session's context report). A window `serve` learned from
+an overflow error lives in its store and is not known here.
+
+At the trigger `serve` never waits for a summary: it truncates at once and summarizes what
+it dropped in the background, for its next compaction. `--force` is the operator's explicit
+compaction (`POST /v1/compaction/sessions/{id}/compact`), which waits for the summary; the
+request is then sent again and forwards what it stored. The summary brain is the
+configured one, or `--summary-url`; without either nothing would write a summary here (the
+upstream is not asked), and the compaction falls back to truncation as in `serve` when its
+summarizer fails.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from pydantic import ValidationError
 
-from proxy.adapters.tokenizer import load_encoders
+from proxy.adapters.recording_upstream import RECORD_HEADER, RecordingUpstream
+from proxy.adapters.upstream import AiohttpUpstream
 from proxy.core.breakdown import Breakdown, breakdown
-from proxy.core.budget import request_budget
-from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
-from proxy.core.request import (
-    Api,
-    ChatRequest,
-    parse_chat_request,
-    parse_responses_request,
-    wire_body,
-)
+from proxy.core.headers import Headers
+from proxy.core.request import Api, ChatRequest, parse_chat_request, parse_responses_request
 from proxy.core.responses import readable
-from proxy.core.summary import completion_text
-from proxy.core.tokens import TokenCounter
-from proxy.core.urls import redact, split_credentials
-from proxy.core.windows import Window, decide_window, needs_detection, window_in
-from proxy.errors import InvalidRequestError
-from proxy.settings import Settings
+from proxy.core.urls import split_credentials
+from proxy.errors import InvalidRequestError, ProxyError
+from proxy.service import Incoming, ProxyService
+from proxy.settings import AuthSettings, ContextSettings, RedisSettings, Settings
 
 # How long `inspect` waits for the upstream's `/v1/models`.
 MODELS_TIMEOUT_S = 10.0
+# The session `inspect`'s request is sent as (the store is its own, and empty).
+SESSION = "inspect"
 
 
 class DryRunError(Exception):
@@ -62,25 +67,30 @@ class Report:
 
     model: str | None
     window: int
-    window_source: str
     output_reserve: int
     before: Breakdown
     after: Breakdown
+    tokens_before: int
+    """The service's count of the request as sent (`x-compaction-tokens-before`)."""
+    tokens_after: int
+    """The service's count of what it forwards (`x-compaction-tokens-after`)."""
     pressure_before: float
     pressure_after: float
+    trigger: float
+    target: float
     strategy_applied: str | None
-    reason: str | None
-    """Why nothing was compacted (under_trigger, cooldown, ...), when nothing was."""
     messages: list[dict[str, Any]]
     notes: tuple[str, ...] = ()
     input: list[Any] | None = None
     """For a Responses API request: the `input` items that would be forwarded."""
+    window_source: str | None = None
+    """Where the window came from, when `inspect` set it itself (`--context-window`)."""
 
     def as_json(self) -> dict[str, Any]:
         """The `--json` object."""
         found = {
-            "tokens_before": self.before.total,
-            "tokens_after": self.after.total,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
             "pressure_before": round(self.pressure_before, 4),
             "strategy_applied": self.strategy_applied,
             "messages": self.messages,
@@ -88,44 +98,29 @@ class Report:
         return found if self.input is None else {**found, "input": self.input}
 
 
-def inspect_file(path: Path, settings: Settings, options: Options) -> Report:
-    """Dry-run the chat completion (or Responses API) request in `path`. Raises
-    `DryRunError`."""
+async def inspect_file(path: Path, settings: Settings, options: Options) -> Report:
+    """Send the chat completion (or Responses API) request in `path` through the proxy as
+    `serve` runs it, to a recording upstream. Raises `DryRunError`."""
+    from proxy.web import create_app  # the web layer only when a dry run is made
+
     request = _read(path)
-    policy = settings.model_policies().for_model(request.model)
-    if options.strategy:
-        policy = policy.replace(strategy=options.strategy)
-    window = _window(request.model, settings, options)
-    counter = TokenCounter(load_encoders().for_model(request.model))
-    budget = request_budget(
-        window.tokens,
-        request.body,
-        output_reserved=policy.output_reserved,
-        margin_share=policy.safety_margin,
+    recorder = RecordingUpstream(
+        AiohttpUpstream(settings.upstream.base_url, timeout_s=MODELS_TIMEOUT_S),
+        lookup_timeout_s=MODELS_TIMEOUT_S,
     )
-    situation = Situation(request.messages, request.body, policy, budget, force=options.force)
-    plan = plan_compaction(situation, counter)
-    notes: list[str] = []
-    if isinstance(plan, NeedsSummary):
-        plan = _summarized(plan, request, settings, options, notes)
-    forwarded = request.messages if isinstance(plan, Unchanged) else plan.messages
-    before = breakdown(request.messages, request.body, counter)
-    after = breakdown(forwarded, request.body, counter)
-    return Report(
-        model=request.model,
-        window=window.tokens,
-        window_source=window.source,
-        output_reserve=budget.output_reserve,
-        before=before,
-        after=after,
-        pressure_before=budget.pressure(before.total),
-        pressure_after=budget.pressure(after.total),
-        strategy_applied=plan.strategy if isinstance(plan, Compacted) else None,
-        reason=plan.reason if isinstance(plan, Unchanged) else None,
-        messages=readable(forwarded),
-        notes=tuple(notes),
-        input=wire_body(request, forwarded)["input"] if request.api is Api.RESPONSES else None,
-    )
+    app = create_app(_settings_for(settings, options), upstream=recorder)
+    with _logged() as logged:
+        async with app.router.lifespan_context(app):
+            logged.taking = True
+            run = _Run(app.state.service, request, options)
+            try:
+                await run.through()
+            finally:
+                # The background work (summaries, the timeline) ends before the service
+                # closes, even after the proxy refused the request.
+                await run.service.settle()
+    notes = [*(f"asked {lookup}" for lookup in recorder.lookups), *logged.lines]
+    return run.report(recorder, notes)
 
 
 def _read(path: Path) -> ChatRequest:
@@ -142,74 +137,189 @@ def _read(path: Path) -> ChatRequest:
         raise DryRunError(f"{path} is not a {kind} request: {exc.message}") from exc
 
 
-def _window(model: str | None, settings: Settings, options: Options) -> Window:
-    if options.context_window:
-        return Window(options.context_window, "--context-window")
-    policies = settings.model_policies()
-    configured = policies.configured_window(model)
-    context_window = policies.default.context_window
-    reported = None
-    if model and needs_detection(configured=configured, context_window=context_window, model=model):
-        reported = _reported_window(model, settings)
-    return decide_window(
-        model, configured=configured, context_window=context_window, reported=reported
+def _settings_for(settings: Settings, options: Options) -> Settings:
+    """`settings` with the options applied, as `serve` would be configured for them: its
+    own embedded store, and no client keys (`inspect` is the only client)."""
+    changes: dict[str, Any] = {}
+    if options.context_window is not None:
+        changes["context_window"] = options.context_window
+    if options.strategy is not None:
+        changes["strategy"] = options.strategy
+    raw = settings.context.model_dump()
+    if options.summary_url:
+        brain = raw["summary_brain"]
+        brain["base_url"] = options.summary_url
+        if split_credentials(options.summary_url)[1] is not None:
+            brain["api_key"] = None  # the URL's credentials go as Basic auth instead
+    try:
+        context = ContextSettings.model_validate({**raw, **changes})
+        models = {
+            name: entry.model_validate({**entry.model_dump(), **changes})
+            for name, entry in settings.models.items()
+        }
+    except ValidationError as exc:
+        # Each key and what is wrong with it, never the value (a URL may hold a password).
+        wrong = "; ".join(".".join(map(str, e["loc"])) + ": " + e["msg"] for e in exc.errors())
+        raise DryRunError(f"invalid option: {wrong}") from exc
+    return settings.model_copy(
+        update={
+            "context": context,
+            "models": models,
+            "redis": RedisSettings(),
+            "auth": AuthSettings(),
+        }
     )
 
 
-def _reported_window(model: str, settings: Settings) -> int | None:
-    """What the configured upstream's `/v1/models` says of `model` (None when it says
-    nothing or cannot be reached: the default then applies, as in `serve`)."""
-    key = settings.upstream.api_key
-    headers = {"authorization": f"Bearer {key.get_secret_value()}"} if key else {}
-    url = settings.upstream.base_url + "/models"
+class _Logged(logging.Handler):
+    """The proxy's warnings while the request runs: they become the report's notes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+        self.taking = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # Not before the request: startup advice (tenancy, keys) is about `serve`'s setup.
+        if self.taking:
+            self.lines.append(record.getMessage())
+
+
+@contextmanager
+def _logged() -> Iterator[_Logged]:
+    logger = logging.getLogger("proxy")
+    handler, propagate = _Logged(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False  # shown in the report, not printed on stderr too
     try:
-        response = httpx.get(url, headers=headers, timeout=MODELS_TIMEOUT_S)
-    except httpx.HTTPError:
-        return None
-    return window_in(response.content, model) if response.status_code == 200 else None
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
-def _summarized(
-    plan: NeedsSummary, request: ChatRequest, settings: Settings, options: Options, notes: list[str]
-) -> Compacted:
-    if not options.summary_url:
-        notes.append("summarize needs an LLM: truncated instead (give --summary-url to summarize)")
-        return plan.fallback()
-    try:
-        summary = _call_summarizer(options.summary_url, plan.request, settings)
-    except DryRunError as exc:
-        notes.append(f"{exc}: truncated instead")
-        return plan.fallback()
-    return plan.complete(summary)
+class _Run:
+    """The request sent through the service (twice with `--force`, around the explicit
+    compaction), and what came back."""
+
+    def __init__(self, service: ProxyService, request: ChatRequest, options: Options) -> None:
+        self.service = service
+        self.request = request
+        self.options = options
+        self.headers: dict[str, str] = {}
+        self.context: dict[str, Any] = {}
+        self.compacted: dict[str, Any] | None = None
+
+    async def through(self) -> None:
+        incoming = _incoming(self.request)
+        if self.options.force:
+            # The session and its archive, as they stand before any compaction; then the
+            # operator's compaction of that history, which the request below forwards.
+            off = [*incoming.headers, ("x-compaction", "off")]
+            await self._send(Incoming(incoming.method, incoming.path, incoming.query, off))
+            await self.service.settle()
+            ref = await self.service.operator.find(None, SESSION)
+            self.compacted = await self.service.operator.compact(
+                ref, incoming, self.options.strategy
+            )
+        await self._send(incoming)
+        if "x-compaction-tokens-before" not in self.headers:
+            # Not a turn: history kept by the provider (`server_state`), a chat command.
+            how = self.headers.get("x-compaction-applied", "answered by the proxy itself")
+            raise DryRunError(f"serve would not compact this request ({how})")
+        await self.service.settle()
+        ref = await self.service.operator.find(None, SESSION)
+        detail = await self.service.operator.detail(ref)
+        self.context = detail["context"] or {}
+
+    async def _send(self, incoming: Incoming) -> None:
+        api = self.request.api
+        handle = self.service.response if api is Api.RESPONSES else self.service.chat_completion
+        try:
+            reply = await handle(incoming, self.request.raw)
+        except ProxyError as exc:
+            raise DryRunError(
+                f"serve would answer {exc.status_code} ({exc.code or exc.error_type}): "
+                f"{exc.message}"
+            ) from exc
+        try:
+            if not isinstance(reply.body, bytes):
+                async for _chunk in reply.body:
+                    pass
+        finally:
+            reply.close()
+        self.headers = {name.lower(): value for name, value in reply.headers}
+
+    def report(self, recorder: RecordingUpstream, notes: list[str]) -> Report:
+        if not recorder.recorded:
+            raise DryRunError("serve would forward nothing for this request")
+        sent = recorder.recorded[-1]
+        parse = parse_responses_request if self.request.api is Api.RESPONSES else parse_chat_request
+        forwarded = parse(sent.body)
+        counter = self.service.counter_for(self.request.model)
+        before = int(self.headers["x-compaction-tokens-before"])
+        after = int(self.headers["x-compaction-tokens-after"])
+        pressure = float(self.headers["x-context-pressure"])
+        return Report(
+            model=self.request.model,
+            window=self.context["window"],
+            output_reserve=self.context["output_reserved"],
+            before=breakdown(self.request.messages, self.request.body, counter),
+            after=breakdown(forwarded.messages, forwarded.body, counter),
+            tokens_before=before,
+            tokens_after=after,
+            # Pressure is proportional to the tokens (a share of one usable input).
+            pressure_before=pressure * before / after if after else pressure,
+            pressure_after=pressure,
+            trigger=self.context["trigger"],
+            target=self.context["target"],
+            strategy_applied=self._strategy(),
+            messages=readable(forwarded.messages),
+            notes=(*notes, *self._explained()),
+            input=sent.json()["input"] if self.request.api is Api.RESPONSES else None,
+            window_source="--context-window" if self.options.context_window else None,
+        )
+
+    def _strategy(self) -> str | None:
+        """The explicit compaction's strategy, else the one this request's turn applied."""
+        explicit = self.compacted["strategy"] if self.compacted is not None else None
+        applied = self.headers.get("x-compaction-applied", "none")
+        if isinstance(explicit, str):
+            return explicit
+        return None if applied == "none" else applied
+
+    def _explained(self) -> list[str]:
+        wanted = self.service.policies.for_model(self.request.model).strategy
+        if self.compacted is None and self._strategy() == "truncate" and wanted != "truncate":
+            return [
+                "at the trigger serve truncates at once and summarizes what it dropped in "
+                "the background, for its next compaction (--force waits for the summary, "
+                "as /compact does)"
+            ]
+        return []
 
 
-def _call_summarizer(base_url: str, body: dict[str, Any], settings: Settings) -> str:
-    # As `serve` does: credentials in the URL go as Basic auth, and are never shown.
-    stripped, credentials = split_credentials(base_url.rstrip("/"))
-    key = settings.upstream.api_key
-    token = key.get_secret_value() if key else os.environ.get("OPENAI_API_KEY")
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    if credentials is not None:
-        headers = {"authorization": credentials.basic()}
-    url = stripped + "/chat/completions"
-    shown = redact(base_url.rstrip("/")) + "/chat/completions"
-    try:
-        response = httpx.post(url, json=body, headers=headers, timeout=settings.upstream.timeout_s)
-        response.raise_for_status()
-        summary = completion_text(response.json())
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        raise DryRunError(f"the summarizer at {shown} failed ({redact(str(exc))})") from exc
-    if summary is None:
-        raise DryRunError(f"the summarizer at {shown} returned no text")
-    return summary
+def _incoming(request: ChatRequest) -> Incoming:
+    """The request as a client would send it: with the OpenAI SDK's key from the environment
+    (the credentials `serve` passes on when it has no key of its own), in one session."""
+    headers: Headers = [
+        ("content-type", "application/json"),
+        ("x-session-id", SESSION),
+        (RECORD_HEADER, "1"),
+    ]
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers.append(("authorization", f"Bearer {key}"))
+    path = "responses" if request.api is Api.RESPONSES else "chat/completions"
+    return Incoming("POST", path, "", headers)
 
 
 def render_text(report: Report) -> str:
     """The human-readable report."""
+    source = f" ({report.window_source})" if report.window_source else ""
     lines = [
         f"model: {report.model or '(none)'}",
-        f"window: {report.window} tokens ({report.window_source}), "
-        f"output reserve: {report.output_reserve}",
+        f"window: {report.window} tokens{source}, output reserve: {report.output_reserve}",
         "",
         f"{'tokens':<14}{'before':>10}{'after':>10}",
     ]
@@ -218,8 +328,9 @@ def render_text(report: Report) -> str:
         lines.append(f"{name:<14}{value:>10}{after[name]:>10}")
     lines += [
         "",
-        f"pressure: {report.pressure_before:.1%} -> {report.pressure_after:.1%}",
-        f"action: {report.strategy_applied or 'none (' + str(report.reason) + ')'}",
+        f"pressure: {report.pressure_before:.1%} -> {report.pressure_after:.1%} "
+        f"(compacts at {report.trigger:.0%}, down to {report.target:.0%})",
+        f"action: {report.strategy_applied or 'none'}",
         *(f"note: {note}" for note in report.notes),
         "",
         f"forwarded messages ({len(report.messages)}):",

@@ -80,18 +80,23 @@ def test_under_the_trigger_nothing_happens(
     )
     code, out, _ = inspect(capsys, str(path))
     assert code == 0
-    assert "window: 128000 tokens (known model)" in out
-    assert "action: none (under_trigger)" in out
+    # A well-known model: its window is known offline, and no upstream is asked for it.
+    assert "window: 128000 tokens, output reserve: 4096" in out
+    assert "(compacts at 85%, down to 45%)" in out
+    assert "action: none\n" in out
+    assert "asked" not in out
 
 
 def test_summary_without_url_truncates(
     request_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = (str(request_file), "--context-window", "32000", "--strategy", "summarize")
-    code, out, _ = inspect(capsys, *args)
+    code, out, _ = inspect(capsys, *args, "--force")
     assert code == 0
     assert "action: truncate" in out
-    assert "give --summary-url to summarize" in out
+    # The proxy's own warning, as `serve` logs it: the summarizer could not be used.
+    assert "summary failed, truncating instead" in out
+    assert "give --summary-url (or summary_brain.base_url) to summarize" in out
 
 
 @pytest.fixture
@@ -101,12 +106,12 @@ def summarizer() -> Iterator[tuple[MockUpstream, str]]:
         yield upstream, f"{base_url}/v1"
 
 
-def test_summary_with_url_calls_the_summarizer(
+def test_forced_summary_waits_for_the_summarizer(
     request_file: Path, capsys: pytest.CaptureFixture[str], summarizer: tuple[MockUpstream, str]
 ) -> None:
     upstream, url = summarizer
     args = (str(request_file), "--context-window", "32000", "--strategy", "summarize")
-    code, out, _ = inspect(capsys, *args, "--summary-url", url, "--json")
+    code, out, _ = inspect(capsys, *args, "--summary-url", url, "--force", "--json")
     assert code == 0
     report = json.loads(out)
     assert report["strategy_applied"] == "summarize"
@@ -116,6 +121,24 @@ def test_summary_with_url_calls_the_summarizer(
     task = report["messages"][1]["content"]
     assert "- fix the failing test" in task
     assert "src/m0.py" in task  # a path the summary lost, appended from the ledger
+
+
+def test_at_the_trigger_the_summary_is_written_for_the_next_compaction(
+    request_file: Path, capsys: pytest.CaptureFixture[str], summarizer: tuple[MockUpstream, str]
+) -> None:
+    # As `serve` does: no request waits for a summary; this one is truncated at once, and
+    # what it dropped is summarized in the background, for the next compaction.
+    upstream, url = summarizer
+    args = (str(request_file), "--context-window", "32000", "--strategy", "summarize")
+    code, out, _ = inspect(capsys, *args, "--summary-url", url)
+    assert code == 0
+    assert "action: truncate" in out
+    assert "--force waits for the summary" in out
+    assert "- fix the failing test" not in out
+    # In parts: the dropped span is longer than the summarizer's window.
+    summaries = [r.json()["messages"][1]["content"] for r in upstream.requests]
+    assert summaries
+    assert all("The turns to summarize" in summary for summary in summaries)
 
 
 def test_summarizer_failure_truncates(
@@ -206,3 +229,109 @@ def _written(tmp_path: Path, content: str) -> Path:
     path = tmp_path / "written.json"
     path.write_text(content)
     return path
+
+
+def test_force_compacts_under_the_trigger_as_the_operator_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _written(tmp_path, json.dumps(agent_request(turns=8)))
+    code, out, _ = inspect(capsys, str(path), "--json")
+    assert code == 0
+    untouched = json.loads(out)
+    assert untouched["strategy_applied"] is None
+    assert untouched["tokens_after"] == untouched["tokens_before"]
+    args = ("--force", "--strategy", "clear_tool_results", "--json")
+    code, out, _ = inspect(capsys, str(path), *args)
+    assert code == 0
+    forced = json.loads(out)
+    assert forced["strategy_applied"] == "clear_tool_results"
+    assert forced["tokens_before"] == untouched["tokens_before"]
+    assert forced["tokens_after"] < forced["tokens_before"]
+    assert forced["messages"][:2] == agent_request()["messages"][:2]
+
+
+@pytest.fixture
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockUpstream]:
+    upstream = MockUpstream(window=16384, models=("local-model",))
+    with serve_in_thread(upstream.app) as base_url:
+        monkeypatch.setenv("COMPACTION_PROXY_UPSTREAM__BASE_URL", f"{base_url}/v1")
+        yield upstream
+
+
+def test_the_upstream_is_asked_for_the_window_and_sent_nothing_else(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: MockUpstream
+) -> None:
+    request = {**agent_request(turns=12), "model": "local-model", "stream": True}
+    code, out, _ = inspect(capsys, str(_written(tmp_path, json.dumps(request))))
+    assert code == 0
+    assert "window: 16384 tokens, output reserve: 4096" in out
+    assert "/v1/models answered 200" in out
+    assert "action: clear_tool_results" in out
+    assert [(r.method, r.path) for r in provider.requests] == [("GET", "/v1/models")]
+
+
+def test_offline_an_unknown_model_gets_the_default_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setenv("COMPACTION_PROXY_UPSTREAM__BASE_URL", dead)
+    request = {"model": "local-model", "messages": [{"role": "user", "content": "hi"}]}
+    code, out, _ = inspect(capsys, str(_written(tmp_path, json.dumps(request))))
+    assert code == 0
+    assert "window: 128000 tokens" in out
+    assert f"asked {dead}/models: The upstream at {dead} could not be reached" in out
+    assert "action: none" in out
+
+
+def test_a_request_the_proxy_would_refuse_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    instructions = system("Follow these rules. " * 3000)
+    request = {"model": "gpt-4o-mini", "messages": [instructions, user("hi")]}
+    path = _written(tmp_path, json.dumps(request))
+    code, _, err = inspect(capsys, str(path), "--context-window", "4096")
+    assert code == EXIT_INPUT
+    assert "serve would answer 400 (context_length_exceeded)" in err
+
+
+def test_the_configured_hooks_run_as_in_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        "hooks:\n"
+        "  - on: turn_start\n"
+        "    condition: {type: tool_calls, threshold: 3}\n"
+        "    action: {type: inject_message, role: system, message: Stay on the failing test.}\n"
+    )
+    path = _written(tmp_path, json.dumps(agent_request(turns=4)))
+    code = main(["inspect", str(path), "--config", str(config), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["strategy_applied"] is None
+    assert report["messages"][-1] == {"role": "system", "content": "Stay on the failing test."}
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--context-window", "0"), "invalid option: context_window: Input should be greater"),
+        (("--summary-url", "ftp://brain:s3cret@host/v1"), "summary_brain.base_url: Value error"),
+    ],
+)
+def test_an_option_the_settings_refuse_exits_1_without_its_value(
+    request_file: Path, capsys: pytest.CaptureFixture[str], option: tuple[str, str], message: str
+) -> None:
+    code, out, err = inspect(capsys, str(request_file), *option)
+    assert code == EXIT_INPUT
+    assert message in err
+    assert "s3cret" not in out + err
+
+
+def test_a_request_whose_history_the_provider_keeps_is_not_a_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = {"model": "gpt-4o-mini", "previous_response_id": "resp_1", "input": "go on"}
+    code, _, err = inspect(capsys, str(_written(tmp_path, json.dumps(request))))
+    assert code == EXIT_INPUT
+    assert "serve would not compact this request (server_state)" in err

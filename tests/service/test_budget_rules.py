@@ -111,7 +111,7 @@ async def test_inspect_and_serve_agree_on_every_window(
     request.write_text(
         json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
     )
-    inspected = inspect_file(request, settings, Options())
+    inspected = await inspect_file(request, settings, Options())
     assert served["window"] == inspected.window == expected
     asked = any(r.path.endswith("/models") for r in upstream.requests)
     # The upstream is asked only when nothing explicit or well known gives the window.
