@@ -36,12 +36,13 @@ from proxy.adapters.recording_upstream import RECORD_HEADER, RecordingUpstream
 from proxy.adapters.upstream import AiohttpUpstream
 from proxy.core.breakdown import Breakdown, breakdown
 from proxy.core.headers import Headers
+from proxy.core.policy import Strategy
 from proxy.core.request import Api, ChatRequest, parse_chat_request, parse_responses_request
 from proxy.core.responses import readable
 from proxy.core.urls import split_credentials
 from proxy.errors import InvalidRequestError, ProxyError
 from proxy.service import Incoming, ProxyService
-from proxy.settings import AuthSettings, ContextSettings, RedisSettings, Settings
+from proxy.settings import AuthSettings, RedisSettings, Settings
 
 # How long `inspect` waits for the upstream's `/v1/models`.
 MODELS_TIMEOUT_S = 10.0
@@ -56,7 +57,7 @@ class DryRunError(Exception):
 @dataclass(frozen=True, slots=True)
 class Options:
     context_window: int | None = None
-    strategy: str | None = None
+    strategy: Strategy | None = None
     summary_url: str | None = None
     force: bool = False
 
@@ -145,16 +146,17 @@ def _settings_for(settings: Settings, options: Options) -> Settings:
         changes["context_window"] = options.context_window
     if options.strategy is not None:
         changes["strategy"] = options.strategy
-    raw = settings.context.model_dump()
     if options.summary_url:
-        brain = raw["summary_brain"]
+        brain = settings.context.as_dict()["summary_brain"]
         brain["base_url"] = options.summary_url
         if split_credentials(options.summary_url)[1] is not None:
             brain["api_key"] = None  # the URL's credentials go as Basic auth instead
+        changes["summary_brain"] = brain
     try:
-        context = ContextSettings.model_validate({**raw, **changes})
+        context = settings.context.changed(changes)
+        policy_changes = {k: v for k, v in changes.items() if k != "summary_brain"}
         models = {
-            name: entry.model_validate({**entry.model_dump(), **changes})
+            name: entry.model_validate({**entry.model_dump(), **policy_changes})
             for name, entry in settings.models.items()
         }
     except ValidationError as exc:

@@ -26,11 +26,18 @@ def test_shipped_config_equals_defaults() -> None:
 
 def test_shipped_config_names_every_key() -> None:
     text = (REPO / "config" / "proxy.yaml").read_text()
+    walked = set()
     for section, model in Settings.model_fields.items():
         assert f"\n{section}:" in text
         annotation = model.annotation
-        for key in getattr(annotation, "model_fields", {}):
+        # A model's keys, or a pydantic dataclass's (`context`, the core's policy fields).
+        keys = getattr(annotation, "model_fields", None) or getattr(
+            annotation, "__pydantic_fields__", {}
+        )
+        for key in keys:
             assert f"  {key}:" in text, f"{section}.{key} is not documented"
+            walked.add(f"{section}.{key}")
+    assert {"context.compression_trigger", "context.learned_ttl_s"} <= walked
 
 
 def test_file_then_env_then_overrides(tmp_path: Path) -> None:

@@ -9,15 +9,26 @@ With `auto_compact` on and no compaction hook declared, the default hook is the 
 `context` settings describe: at turn start, when pressure reaches `compression_trigger`,
 compact (subject to the turn cooldown; user hooks compact whatever the pressure and the
 turn cooldown, since they are explicit).
+
+The conditions and actions below are also the `hooks:` section's schema: `proxy.settings`
+validates each `condition:`/`action:` mapping straight into one of these classes, picked by
+its `type:` key, the class name in snake_case (`ContextPressure` is `context_pressure`). So
+a new condition or action is one class here, added to the `Condition` or `Action` union;
+its fields are its config keys, and their `annotated_types` constraints are their ranges.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from annotated_types import Ge, Gt
+
+from proxy.core.policy import Count, Strategy, Tokens
 
 Event = Literal["turn_start", "turn_end"]
+Role = Literal["system", "developer", "user", "assistant"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +44,9 @@ class TurnFacts:
 
 @dataclass(frozen=True, slots=True)
 class ContextPressure:
-    threshold: float
+    """The prompt fills at least `threshold` of the usable input."""
+
+    threshold: Annotated[float, Gt(0)]
 
     def holds(self, facts: TurnFacts) -> bool:
         return facts.pressure >= self.threshold
@@ -43,7 +56,7 @@ class ContextPressure:
 class TurnCount:
     """Every `count` turns."""
 
-    count: int
+    count: Annotated[int, Ge(1)]
 
     def holds(self, facts: TurnFacts) -> bool:
         return facts.turn > 0 and facts.turn % self.count == 0
@@ -53,7 +66,7 @@ class TurnCount:
 class ToolCalls:
     """At least `threshold` tool calls in the conversation."""
 
-    threshold: int
+    threshold: Annotated[int, Ge(1)]
 
     def holds(self, facts: TurnFacts) -> bool:
         return facts.tool_calls >= self.threshold
@@ -61,7 +74,9 @@ class ToolCalls:
 
 @dataclass(frozen=True, slots=True)
 class MessageCount:
-    threshold: int
+    """At least `threshold` messages in the conversation."""
+
+    threshold: Annotated[int, Ge(1)]
 
     def holds(self, facts: TurnFacts) -> bool:
         return facts.messages >= self.threshold
@@ -69,6 +84,8 @@ class MessageCount:
 
 @dataclass(frozen=True, slots=True)
 class Always:
+    """Every turn (the condition a hook without one has)."""
+
     def holds(self, facts: TurnFacts) -> bool:
         return True
 
@@ -80,23 +97,26 @@ Condition = ContextPressure | TurnCount | ToolCalls | MessageCount | Always
 class CompactContext:
     """Compact now; unset fields take the model's context policy."""
 
-    strategy: str | None = None
-    keep_recent: int | None = None
-    summary_max_tokens: int | None = None
-    force: bool = True
-    """False only for the default hook, which keeps the trigger and turn cooldown checks."""
+    strategy: Strategy | None = None
+    keep_recent: Count | None = None
+    summary_max_tokens: Tokens | None = None
+    force: bool = field(default=True, metadata={"config": False})
+    """False only for the default hook, which keeps the trigger and turn cooldown checks.
+    Not a config key (`config: False`): a declared hook always forces."""
 
 
 @dataclass(frozen=True, slots=True)
 class InjectMessage:
     """Add a message to the forwarded conversation (at its end, before the model answers)."""
 
-    role: str
     message: str
+    role: Role = "system"
 
 
 @dataclass(frozen=True, slots=True)
 class Log:
+    """Write a line to the proxy's log."""
+
     message: str
 
 
@@ -148,7 +168,7 @@ def due_actions(
 
 def _rendered(action: Action, facts: TurnFacts) -> Action:
     if isinstance(action, InjectMessage):
-        return InjectMessage(action.role, render_template(action.message, facts))
+        return InjectMessage(render_template(action.message, facts), action.role)
     if isinstance(action, Log):
         return Log(render_template(action.message, facts))
     return action

@@ -3,6 +3,11 @@
 The settings layer converts the `context:` section and each `models:` entry into frozen
 `ContextPolicy` values once at startup; request handling only looks them up.
 
+`ContextPolicy` is the one declaration of these keys: their names, types, defaults, meaning
+and valid ranges. The ranges are `annotated_types` constraints on the types (data, not
+checks: pydantic enforces them where the settings are read, `proxy.settings` derives its
+`context` and `models:` models from this class, and the core itself never re-checks them).
+
 Model names are matched case-insensitively (environment variables cannot keep case). A
 `models:` key is either an exact model name or a shell-style pattern (`gpt-4o*`, `*llama*`);
 an exact name wins, then the most specific pattern (the most non-wildcard characters).
@@ -14,12 +19,21 @@ import dataclasses
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
+
+from annotated_types import Ge, Gt, Interval
 
 Strategy = Literal["auto", "trim_tool_results", "clear_tool_results", "summarize", "truncate"]
 """`auto` runs every layer cheapest first; the others run one layer alone."""
 
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+
+Tokens = Annotated[int, Gt(0)]
+"""A positive number of tokens."""
+Count = Annotated[int, Ge(0)]
+"""A number of messages or turns; 0 is allowed (it switches the feature off where it says so)."""
+Share = Annotated[float, Interval(gt=0, le=1)]
+"""A share of the usable input (or of the window): 0 < x <= 1."""
 
 _WILDCARDS = frozenset("*?[]")
 _T = TypeVar("_T")
@@ -33,31 +47,42 @@ class ContextPolicy:
     None means "not configured": the window is then detected or defaulted later.
     """
 
-    context_window: int | None = None
-    output_reserved: int = 4096
+    context_window: Tokens | None = None
+    output_reserved: Annotated[int, Ge(0)] = 4096
     """The output reserved when a request states none (capped at a quarter of the window)."""
-    safety_margin: float = 0.03
+    safety_margin: Annotated[float, Interval(ge=0, lt=0.5)] = 0.03
     """Share of the window kept free for the error of our token estimate."""
     strategy: Strategy = "auto"
-    keep_recent: int = 10
+    keep_recent: Count = 10
     """The most messages the recent window keeps (it is also bounded in tokens)."""
-    compression_trigger: float = 0.85
+    compression_trigger: Share = 0.85
     """Compact when the prompt passes this share of the usable input."""
-    prepare_at: float | None = None
+    prepare_at: Share | None = None
     """Write the summary of the next compaction in the background from this share of the
     usable input on, so that no request waits for a summary (None: `preparation_level`)."""
-    compaction_target: float = 0.45
-    """Every compaction lands at or below this share of the usable input."""
-    summary_max_tokens: int = 1024
+    compaction_target: Share = 0.45
+    """Every compaction lands at or below this share of the usable input (below the trigger:
+    see `check`)."""
+    summary_max_tokens: Tokens = 1024
     """The summary's cap; within it the summary gets `summary_share` of the usable input."""
-    summary_share: float = 0.06
-    ledger_share: float = 0.10
+    summary_share: Annotated[float, Interval(gt=0, lt=1)] = 0.06
+    ledger_share: Annotated[float, Interval(ge=0, lt=1)] = 0.10
     """Share of the usable input the verbatim ledger of the user's words may take."""
     auto_compact: bool = True
-    tool_result_max_share: float = 0.5
-    cooldown_turns: int = 2
-    max_context_turns: int = 0
+    tool_result_max_share: Share = 0.5
+    """A single tool result larger than this share of the window is cut."""
+    cooldown_turns: Count = 2
+    max_context_turns: Count = 0
+    """Only this many recent user turns are kept whole (0: off)."""
     pin_first_user: bool = True
+
+    def check(self) -> None:
+        """Raise ValueError if the fields contradict each other (each is valid alone)."""
+        # Hysteresis: compacting to at or above the trigger would fire again next turn.
+        if self.compaction_target >= self.compression_trigger:
+            raise ValueError("compaction_target must be below compression_trigger")
+        if self.prepare_at is not None and self.prepare_at > self.compression_trigger:
+            raise ValueError("prepare_at must be at or below compression_trigger")
 
     @property
     def preparation_level(self) -> float:

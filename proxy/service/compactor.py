@@ -28,6 +28,7 @@ from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
 from proxy.core.messages import tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
+from proxy.core.policy import Strategy
 from proxy.core.prepared import covered, note_key
 from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
 from proxy.observability.metrics import Metrics
@@ -83,7 +84,7 @@ class Compactor:
         self.preparer.prepare(turn, outcome)
         return outcome
 
-    async def compact_now(self, turn: Turn, strategy: str | None) -> Outcome:
+    async def compact_now(self, turn: Turn, strategy: Strategy | None) -> Outcome:
         """The operator's `/compact`: everything but the pinned messages and the recent
         window goes, however low the pressure (a forced plan takes all its layers allow)."""
         action = hooks.CompactContext(strategy=strategy, force=True)

@@ -18,6 +18,7 @@ from proxy.adapters.store import Store
 from proxy.core import jsoncodec
 from proxy.core.breakdown import breakdown
 from proxy.core.messages import Message
+from proxy.core.policy import Strategy
 from proxy.core.request import ChatRequest
 from proxy.core.responses import readable
 from proxy.core.session import (
@@ -126,7 +127,7 @@ class Operator:
         return readable(view(head, body, checkpoint))
 
     async def compact(
-        self, ref: SessionRef, incoming: Incoming, strategy: str | None = None
+        self, ref: SessionRef, incoming: Incoming, strategy: Strategy | None = None
     ) -> dict[str, Any]:
         """Compact the archived history now; the next request of the session forwards the
         result. The summarizer is called with `incoming`'s credentials."""
@@ -137,7 +138,7 @@ class Operator:
         ref: SessionRef,
         incoming: Incoming,
         messages: list[Message] | None,
-        strategy: str | None = None,
+        strategy: Strategy | None = None,
     ) -> dict[str, Any]:
         """Compact `messages` (the archived history when None) as session `ref`."""
         state = await self._state(ref)

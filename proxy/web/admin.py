@@ -32,7 +32,7 @@ from proxy.service import ProxyService
 from proxy.service.operator import SessionRef, public_context
 from proxy.service.replies import Incoming
 from proxy.service.turns import credentials_of
-from proxy.settings import ContextSettings, Settings
+from proxy.settings import Settings
 from proxy.web import schemas
 
 router = APIRouter(prefix="/v1/compaction", tags=["compaction"])
@@ -176,7 +176,7 @@ async def delete_session(
 async def get_config(request: Request, who: AdminDep) -> dict[str, Any]:
     """The runtime `context` settings (admin)."""
     settings = cast(Settings, request.app.state.settings)
-    return public_context(settings.context.model_dump())
+    return public_context(settings.context.as_dict())
 
 
 @router.patch("/config", response_model=schemas.ContextConfig)
@@ -192,15 +192,13 @@ async def patch_config(
             "change it in the config file and restart.",
             param="summary_brain",
         )
-    merged = {**settings.context.model_dump(), **changes}
     try:
-        context = ContextSettings.model_validate(merged)
-        updated = Settings.model_validate({**settings.model_dump(), "context": context})
+        updated = settings.with_context(changes)
     except ValidationError as exc:
         raise InvalidRequestError(_first_problem(exc), param="context") from exc
     request.app.state.settings = updated
     _service(request).set_policies(updated.model_policies())
-    return public_context(updated.context.model_dump())
+    return public_context(updated.context.as_dict())
 
 
 def _first_problem(exc: ValidationError) -> str:

@@ -1,5 +1,12 @@
 """The session API's shapes, for validation of what comes in and for the OpenAPI document
-(`/docs`). Field meanings are documented here once; the README points to `/docs`."""
+(`/docs`). Field meanings are documented here once; the README points to `/docs`.
+
+Where the API returns one of the core's records as it is (`CompactionRecord`, `TurnPoint`:
+their `to_json`), the record's dataclass is the shape, and its field docstrings the
+documentation (`use_attribute_docstrings`). The rest are the API's own shapes: envelopes, a
+selection of a record's fields (`Session`, `CheckpointInfo`), or a record whose JSON adds to
+it (`ContextReport`: see there).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.core import session
 from proxy.core.policy import Strategy
 
 
 class _Shape(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
 
 class Session(_Shape):
@@ -49,6 +57,8 @@ class Breakdown(_Shape):
 
 
 class ContextReport(_Shape):
+    # Not `session.ContextReport` itself: its `breakdown` is a plain mapping there, and the
+    # API's adds `total`; these descriptions would have to move to the core's docstrings.
     window: int
     output_reserved: int
     pressure: float
@@ -63,34 +73,10 @@ class ContextReport(_Shape):
     )
 
 
-class CompactionRecord(_Shape):
-    at: float
-    trigger: str = Field(description="pressure, hook, overflow or manual.")
-    strategy: str
-    tokens_before: int
-    tokens_after: int
-    summarizer_model: str | None
-    summarizer_tokens: int
-    steps: list[str] = Field(
-        default_factory=list,
-        description="Every reduction used, in order (clear_tool_results, summarize, truncate, "
-        "release_task, trim_recent, cap_recent, ...).",
-    )
-
-
-class TurnPoint(_Shape):
-    turn: int
-    at: float
-    pressure: float
-    tokens_before: int = Field(description="What the client's request counts (calibrated).")
-    tokens_after: int = Field(description="What was forwarded for it (calibrated).")
-    action: str = Field(description="`none`, or the compaction applied on this turn.")
-
-
 class SessionDetail(Session):
     context: ContextReport | None = Field(description="The last forwarded request.")
-    history: list[CompactionRecord]
-    timeline: list[TurnPoint] = Field(description="The last 200 turns, oldest first.")
+    history: list[session.CompactionRecord]
+    timeline: list[session.TurnPoint] = Field(description="The last 200 turns, oldest first.")
 
 
 class Messages(_Shape):

@@ -61,14 +61,14 @@ def test_cooldown_in_seconds() -> None:
 
 def test_messages_are_rendered() -> None:
     hooks = [
-        Hook("turn_start", Always(), InjectMessage("system", "Turn {turn}: {pressure} full")),
+        Hook("turn_start", Always(), InjectMessage("Turn {turn}: {pressure} full", "system")),
         Hook("turn_start", Always(), Log("{tokens} tokens in {messages} messages, {other}")),
     ]
     actions = [
         action for _, action in due_actions(hooks, "turn_start", FACTS, now=0, last_fired={})
     ]
     assert actions == [
-        InjectMessage("system", "Turn 6: 82% full"),
+        InjectMessage("Turn 6: 82% full", "system"),
         Log("9000 tokens in 40 messages, {other}"),
     ]
 

@@ -54,3 +54,21 @@ def test_configured_window_only_from_models_entries() -> None:
     assert policies.configured_window("m-small") == 8_000
     assert policies.configured_window("other") is None
     assert policies.configured_window(None) is None
+
+
+def test_check_accepts_a_consistent_policy() -> None:
+    DEFAULT.check()
+    DEFAULT.replace(prepare_at=0.85).check()  # at the trigger is allowed
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"compaction_target": 0.85}, "compaction_target must be below compression_trigger"),
+        ({"compression_trigger": 0.4}, "compaction_target must be below compression_trigger"),
+        ({"prepare_at": 0.9}, "prepare_at must be at or below compression_trigger"),
+    ],
+)
+def test_check_refuses_contradicting_fields(changes: dict[str, float], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        DEFAULT.replace(**changes).check()

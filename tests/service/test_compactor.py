@@ -253,7 +253,9 @@ async def test_hook_log_lines_and_messages_at_turn_start_and_end(
 ) -> None:
     rules = (
         hooks.Hook("turn_start", hooks.Always(), hooks.Log("start of turn {turn}")),
-        hooks.Hook("turn_start", hooks.Always(), hooks.InjectMessage("system", "be brief")),
+        hooks.Hook(
+            "turn_start", hooks.Always(), hooks.InjectMessage(role="system", message="be brief")
+        ),
         hooks.Hook("turn_end", hooks.Always(), hooks.Log("end at {messages} messages")),
     )
     async for parts in build(rules=rules):

@@ -258,6 +258,35 @@ async def test_config_patch_is_validated_and_applies_at_once(
     assert upstream.prompt_tokens[-1] > 0.75 * (WINDOW - 500)  # over the trigger, untouched
 
 
+async def test_config_patch_errors_name_the_key(api: httpx.AsyncClient) -> None:
+    url = "/v1/compaction/config"
+    for changes, named in [
+        ({"keep_recnet": 3}, "context.keep_recnet"),
+        ({"strategy": "fold"}, "context.strategy: Input should be 'auto'"),
+        ({"safety_margin": 0.5}, "context.safety_margin: Input should be less than 0.5"),
+        ({"compaction_target": 0.9}, "compaction_target must be below compression_trigger"),
+    ]:
+        response = await api.patch(url, headers=bearer(ADMIN), json=changes)
+        assert response.status_code == 400, changes
+        assert named in response.json()["error"]["message"]
+    unchanged = (await api.get(url, headers=bearer(ADMIN))).json()
+    assert (unchanged["strategy"], unchanged["keep_recent"]) == ("auto", CONTEXT["keep_recent"])
+
+
+async def test_openapi_documents_the_core_records_it_returns(api: httpx.AsyncClient) -> None:
+    # The timeline and history are the core's dataclasses, documented by their docstrings.
+    schemas = (await api.get("/openapi.json")).json()["components"]["schemas"]
+    detail = schemas["SessionDetail"]["properties"]
+    assert detail["timeline"]["items"] == {"$ref": "#/components/schemas/TurnPoint"}
+    turn_point = schemas["TurnPoint"]["properties"]
+    assert set(turn_point) == {"turn", "at", "pressure", "tokens_before", "tokens_after", "action"}
+    assert turn_point["tokens_before"]["type"] == "integer"
+    assert "calibrated" in turn_point["tokens_before"]["description"]
+    record = schemas["CompactionRecord"]["properties"]
+    assert record["steps"]["type"] == "array"
+    assert "pressure, hook, overflow" in record["trigger"]["description"]
+
+
 async def test_openapi_documents_the_session_api(api: httpx.AsyncClient) -> None:
     document = (await api.get("/openapi.json")).json()
     paths = document["paths"]
