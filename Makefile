@@ -29,10 +29,13 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/compaction-proxy serve --config $(CONFIG)
 
-# The suite runs under coverage: the sans-I/O core must stay at 100 % branch coverage.
+# The suite runs under coverage: the sans-I/O core and the service (where the core's
+# decisions meet the I/O edges) must both stay at 100 % branch coverage.
 test: $(VENV)/.installed-dev
 	$(BIN)/coverage run --branch --data-file=.coverage -m pytest $(PYTEST_ARGS)
 	$(BIN)/coverage report --data-file=.coverage --include='proxy/core/*' --skip-covered \
+		--show-missing --fail-under=100
+	$(BIN)/coverage report --data-file=.coverage --include='proxy/service/*' --skip-covered \
 		--show-missing --fail-under=100
 
 # Simulated agents through the proxy to a mock model: no API key, no network. The agents are

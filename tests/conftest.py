@@ -20,8 +20,11 @@ from tests.redis_server import RedisServer
 from tests.servers import serve
 
 # CI runs the properties derandomized (the same examples on every run, so a red build is
-# reproducible); a sweep over seeds is `pytest --hypothesis-seed=N`, run before resolving.
+# reproducible); a sweep over seeds, run before resolving, is
+# `pytest --hypothesis-profile=thorough --hypothesis-seed=N`: the plan's properties
+# (tests/core/test_plan_properties.py) take the profile's count, 600 there, 100 in the suite.
 hypothesis_settings.register_profile("ci", derandomize=True)
+hypothesis_settings.register_profile("thorough", max_examples=600)
 
 
 def pytest_configure(config: pytest.Config) -> None:

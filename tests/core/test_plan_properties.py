@@ -7,8 +7,10 @@ now and then a broken one (an orphaned result, an unanswered call), which must b
 Every strategy, windows from 2k to 200k, our count right or off by 10 % (calibration),
 summaries good, useless, oversized or failed.
 
-CI runs these derandomized (the `ci` Hypothesis profile); before an issue is resolved they
-run over many seeds: `pytest tests/core/test_plan_properties.py --hypothesis-seed=N`.
+Each property runs the profile's number of examples: 100 in the suite (derandomized in CI, the
+`ci` Hypothesis profile), 600 in the `thorough` profile (tests/conftest.py). Before an issue is
+resolved they run that way over many seeds:
+`pytest tests/core/test_plan_properties.py --hypothesis-profile=thorough --hypothesis-seed=N`.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ def _ledger_of(messages: list[Message]) -> list[str]:
     return []
 
 
-@settings(max_examples=600, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
 @given(case(), SUMMARIES)
 def test_every_compaction_keeps_the_rules(case: Case, how: str) -> None:
     messages, situation = case.messages, case.situation
@@ -216,7 +218,7 @@ def test_every_compaction_keeps_the_rules(case: Case, how: str) -> None:
         assert result.tokens_after <= allowances.limit, result.steps
 
 
-@settings(max_examples=400, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
 @given(case(), SUMMARIES)
 def test_what_the_user_said_and_left_is_in_the_ledger(case: Case, how: str) -> None:
     messages, situation = case.messages, case.situation
@@ -239,7 +241,7 @@ def test_what_the_user_said_and_left_is_in_the_ledger(case: Case, how: str) -> N
     )
 
 
-@settings(max_examples=500, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
 @given(case(), SUMMARIES)
 def test_compacting_twice_changes_nothing(case: Case, how: str) -> None:
     first = compacted(case.situation, how)
@@ -252,7 +254,7 @@ def test_compacting_twice_changes_nothing(case: Case, how: str) -> None:
     assert isinstance(again, Unchanged) or again.messages == first.messages, again
 
 
-@settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
 @given(case(), st.lists(turn(150), min_size=1, max_size=12), SUMMARIES)
 def test_the_ledger_survives_recompaction(case: Case, more: list[list[Message]], how: str) -> None:
     first = compacted(case.situation, how)

@@ -34,7 +34,9 @@ async def agent(app: Any, turns: int, messages: list[Any]) -> list[tuple[str, fl
 
 
 async def test_a_slow_summarizer_delays_no_request_and_its_summaries_are_used() -> None:
-    latency, summary_latency = 0.5, 3.0
+    # A summary takes six turns (as 3.0 s to 0.5 s did), and more than a turn plus the 1 s
+    # this allows the proxy: a request that waited for one could not pass as a slow one.
+    latency, summary_latency = 0.25, 1.5
     provider = MockUpstream(window=8000, latency_s=latency, summary_latency_s=summary_latency)
     async with serve(provider.app) as base:
         app = create_app(make_settings(f"{base}/v1", context=CONTEXT))
