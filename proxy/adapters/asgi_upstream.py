@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Message
 
-from proxy.adapters.upstream import Body, UpstreamRequest
+from proxy.adapters.upstream import UpstreamRequest, whole
 from proxy.core.headers import Headers
 from proxy.errors import UpstreamUnreachableError
 
@@ -48,7 +48,7 @@ class AsgiUpstream:
         """Start the app on `request`; return once it has sent its response's head."""
         if not self._open:
             raise RuntimeError("AsgiUpstream.open() has not been called")
-        body = await _read(request.body)
+        body = await whole(request.body)
         raw_path = f"{self._base_path}/{request.path}"
         scope = {
             "type": "http",
@@ -146,14 +146,6 @@ class AsgiResponse:
                 f"The in-process upstream failed: {type(message).__name__}: {message}"
             ) from message
         return message
-
-
-async def _read(body: Body) -> bytes:
-    if body is None:
-        return b""
-    if isinstance(body, bytes):
-        return body
-    return b"".join([chunk async for chunk in body])
 
 
 def _scope_headers(headers: Headers, length: int) -> list[tuple[bytes, bytes]]:

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.adapters.upstream import Body, Upstream, UpstreamRequest
+from proxy.adapters.upstream import Upstream, UpstreamRequest, whole
 from proxy.core.headers import Headers
 from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
 
@@ -122,7 +122,7 @@ class RecordingUpstream:
         )
 
     async def _record(self, request: UpstreamRequest) -> Answer:
-        body = await _read(request.body)
+        body = await whole(request.body)
         headers = [(k, v) for k, v in request.headers if k.lower() != RECORD_HEADER]
         self.recorded.append(Recorded(request.method, request.path, request.query, headers, body))
         return answer_for(request.path, body)
@@ -195,11 +195,3 @@ def _events(events: list[dict[str, Any]]) -> Answer:
 
 def _data(payload: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(payload)}\n\n".encode()
-
-
-async def _read(body: Body) -> bytes:
-    if body is None:
-        return b""
-    if isinstance(body, bytes):
-        return body
-    return b"".join([chunk async for chunk in body])

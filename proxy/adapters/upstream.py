@@ -47,6 +47,16 @@ from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
 
 Body = bytes | AsyncIterable[bytes] | None
 
+
+async def whole(body: Body) -> bytes:
+    """`body` read whole (an in-process upstream hands an app its request in one piece)."""
+    if body is None:
+        return b""
+    if isinstance(body, bytes):
+        return body
+    return b"".join([chunk async for chunk in body])
+
+
 # Headers aiohttp would add on its own; a transparent proxy sends only what the client sent.
 _AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 
