@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from proxy.adapters.asgi_upstream import AsgiUpstream
-from proxy.adapters.store import MemoryStore
+from proxy.adapters.store import MemoryStore, Store
 from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core import hooks, jsoncodec
@@ -81,12 +81,16 @@ async def build(
     policy: ContextPolicy | None = None,
     rules: tuple[hooks.Hook, ...] = (),
     breaker: Breaker | None = None,
+    store: Store | None = None,
+    mock: MockUpstream | None = None,
+    max_concurrent: int = 4,
 ) -> AsyncIterator[Parts]:
-    mock = MockUpstream()
+    """The parts over `store` (a new embedded one when None) and `mock` (a new one)."""
+    mock = mock or MockUpstream()
     upstream = AsgiUpstream(mock.app)
     await upstream.open()
     metrics = Metrics()
-    memory = Memory(MemoryStore(), metrics=metrics)
+    memory = Memory(store or MemoryStore(), metrics=metrics)
     policy = policy or ContextPolicy(context_window=WINDOW, keep_recent=2, output_reserved=500)
     turns = Turns(
         memory=memory,
@@ -96,7 +100,11 @@ async def build(
         upstream_api_key=None,
     )
     preparer = Preparer(
-        memory=memory, summarizer=Summarizer(upstream), metrics=metrics, breaker=breaker
+        memory=memory,
+        summarizer=Summarizer(upstream),
+        metrics=metrics,
+        breaker=breaker,
+        max_concurrent=max_concurrent,
     )
     compactor = Compactor(
         memory=memory, preparer=preparer, rules=rules, summary_timeout_s=5.0, metrics=metrics
