@@ -25,6 +25,15 @@ def _bound_socket() -> socket.socket:
     return sock
 
 
+@contextmanager
+def taken_port() -> Iterator[int]:
+    """A loopback port another socket is listening on, for as long as the block runs."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield int(taken.getsockname()[1])
+
+
 def free_port() -> int:
     """A port that was free a moment ago (for servers we cannot hand a socket to)."""
     with _bound_socket() as sock:

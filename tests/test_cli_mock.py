@@ -5,7 +5,6 @@ from __future__ import annotations
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.servers import proxy_process
+from tests.servers import proxy_process, taken_port
 
 SCRIPT = Path(sys.executable).parent / "compaction-proxy"
 CONSOLE: tuple[str, ...] = (str(SCRIPT), "mock")
@@ -167,10 +166,7 @@ def test_signal_ends_it_with_code_0(command: tuple[str, ...], signum: signal.Sig
 
 
 def test_busy_port_exits_1_with_one_line() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         result = subprocess.run(
             [*CONSOLE, "--port", str(port)],
             capture_output=True,

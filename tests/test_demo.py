@@ -8,7 +8,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from proxy.demo.agents import Exchange, TurnReport
 from proxy.demo.display import Progress
 from proxy.demo.options import Options
 from proxy.demo.runner import Result, run
-from tests.servers import free_port
+from tests.servers import free_port, taken_port
 
 SCRIPT = Path(sys.executable).parent / "compaction-proxy"
 # Generous: the machine may be busy with other work; a slow demo is not a broken one.
@@ -225,10 +224,7 @@ def test_command_serves_the_dashboard_until_signalled(signum: signal.Signals) ->
 
 
 def test_busy_port_exits_1_with_one_line() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         result = subprocess.run(
             [sys.executable, "-m", "proxy.demo", "--no-wait", "--port", str(port)],
             capture_output=True,
