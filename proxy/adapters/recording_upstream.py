@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.adapters.upstream import Upstream, UpstreamRequest, whole
+from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched, whole
 from proxy.core.headers import Headers
 from proxy.errors import UpstreamTimeoutError, UpstreamUnreachableError
 
@@ -131,11 +131,7 @@ class RecordingUpstream:
         where = f"{self.shown_url}/models"
         try:
             async with asyncio.timeout(self._timeout_s):
-                response = await self._lookups.send(request)
-                try:
-                    body = await response.read()
-                finally:
-                    response.close()
+                response, body = await fetched(self._lookups, request)
         except TimeoutError as exc:
             self.lookups.append(f"{where} did not answer in {self._timeout_s:g} s")
             raise UpstreamTimeoutError(f"The upstream at {self.shown_url} did not answer.") from exc

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.adapters.upstream import Upstream, UpstreamRequest
+from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
 from proxy.core.summary import completion_text, split_span
@@ -103,11 +103,7 @@ class Summarizer:
             "POST", "chat/completions", "", headers, json.dumps(body).encode()
         )
         try:
-            response = await self._upstream.send(request)
-            try:
-                raw = await response.read()
-            finally:
-                response.close()
+            response, raw = await fetched(self._upstream, request)
         except UpstreamError as exc:
             raise SummaryFailedError(exc.message) from exc
         if response.status != 200:

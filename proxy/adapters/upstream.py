@@ -113,6 +113,16 @@ class Upstream(Protocol):
         """Send `request` and return once the response headers have arrived."""
 
 
+async def fetched(upstream: Upstream, request: UpstreamRequest) -> tuple[UpstreamResponse, bytes]:
+    """Send `request` and read its whole body (the response closed either way): for the
+    proxy's own small requests (`/models`, a summary), never a client's stream."""
+    response = await upstream.send(request)
+    try:
+        return response, await response.read()
+    finally:
+        response.close()
+
+
 class AiohttpResponse:
     """An `UpstreamResponse` of aiohttp's."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from proxy.adapters.tokenizer import Encoders
-from proxy.adapters.upstream import Upstream, UpstreamRequest
+from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
 from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
 from proxy.core.headers import Headers
@@ -260,11 +260,9 @@ class Turns:
     async def _ask_models(self, model: str, credentials: Headers) -> int | None:
         headers = [("authorization", f"Bearer {self._api_key}")] if self._api_key else credentials
         try:
-            response = await self._upstream.send(UpstreamRequest("GET", "models", "", headers))
-            try:
-                raw = await response.read()
-            finally:
-                response.close()
+            response, raw = await fetched(
+                self._upstream, UpstreamRequest("GET", "models", "", headers)
+            )
         except UpstreamError:
             return None
         return window_in(raw, model) if response.status == 200 else None
