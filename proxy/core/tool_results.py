@@ -129,6 +129,9 @@ def _first_items(items: list[Any], *, max_tokens: int, count: CountText) -> str 
         kept.append(encoded)
     if not kept:
         return None
+    if len(kept) == len(items):
+        # Only the layout was too large (an indented array): every item is here, said once.
+        return "[" + ", ".join(kept) + "]"
     note = (
         f"[showing {len(kept)} of {len(items)} items: the full result was too large for the "
         "context window. Ask for the rest with a narrower query (a filter, a page, a range) "

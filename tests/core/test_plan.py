@@ -218,6 +218,30 @@ def test_truncate_strategy_alone() -> None:
     assert all(not str(m.get("content")).startswith("[tool result cleared") for m in plan.messages)
 
 
+def test_truncation_takes_one_unit_more_to_end_right_before_a_user_message() -> None:
+    # The first tool round alone reaches the target, but the span would then end before the
+    # second round and its note be merged into the task (changing the pinned prefix): one
+    # small unit more lets the note stand alone before the user's next message.
+    messages = [
+        system(),
+        user("the task"),
+        assistant_calls("c0"),
+        tool_result("c0", words(500, "r")),
+        assistant_calls("c1"),
+        tool_result("c1", words(20, "r")),
+        user("next one"),
+        assistant("a " + words(40)),
+        user("more " + words(40)),
+        assistant("b " + words(40)),
+        user("last"),
+    ]
+    plan = plan_compaction(situation(messages, window=800, strategy="truncate"), COUNTER)
+    assert isinstance(plan, Compacted)
+    assert plan.messages[:2] == messages[:2]  # the task untouched
+    assert note_of(plan.messages[2]) == "[4 earlier messages omitted]"
+    assert plan.messages[3:] == messages[6:]
+
+
 def test_rolling_summary_folds_the_previous_one() -> None:
     first = run(plan_compaction(situation(chat(10)), COUNTER), "- first summary")
     grown = [*first.messages, *chat(10)[2:]]

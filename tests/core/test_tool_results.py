@@ -63,6 +63,15 @@ def test_json_array_keeps_first_items_and_says_how_many() -> None:
     assert note.startswith(f"[showing {len(kept)} of 500 items")
 
 
+def test_indented_json_array_whose_items_all_fit_loses_only_its_layout() -> None:
+    items = [{"id": i, "title": f"result number {i}"} for i in range(12)]
+    body = json.dumps(items, indent=24)
+    assert count(body) > 300
+    content = trim(tool_result("c1", body), max_tokens=300, count=count, tool_name=None)["content"]
+    assert json.loads(content) == items  # every item, no "showing N of N" note
+    assert count(content) < count(body)
+
+
 def test_json_array_whose_first_item_is_too_big_is_cut_as_text() -> None:
     body = json.dumps([{"blob": "x" * 10_000}, 1])
     content = trim(tool_result("c1", body), max_tokens=100, count=count, tool_name=None)["content"]
