@@ -30,13 +30,15 @@ run: $(VENV)/.installed
 	$(BIN)/compaction-proxy serve --config $(CONFIG)
 
 # The suite runs under coverage: the sans-I/O core and the service (where the core's
-# decisions meet the I/O edges) must both stay at 100 % branch coverage.
+# decisions meet the I/O edges) must both stay at 100 % branch coverage, reached by
+# example-based tests alone (tests/conftest.py labels each test's coverage context): the
+# property tests explore, the gate never leans on the examples they happen to draw.
+GATE = $(BIN)/coverage report --data-file=.coverage --contexts='^(example)?$$' --skip-covered \
+	--show-missing --fail-under=100
 test: $(VENV)/.installed-dev
 	$(BIN)/coverage run --branch --data-file=.coverage -m pytest $(PYTEST_ARGS)
-	$(BIN)/coverage report --data-file=.coverage --include='proxy/core/*' --skip-covered \
-		--show-missing --fail-under=100
-	$(BIN)/coverage report --data-file=.coverage --include='proxy/service/*' --skip-covered \
-		--show-missing --fail-under=100
+	$(GATE) --include='proxy/core/*'
+	$(GATE) --include='proxy/service/*'
 
 # Simulated agents through the proxy to a mock model: no API key, no network. The agents are
 # the official OpenAI SDK, which only the dev extras install. DEMO_ARGS=--no-wait exits after

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import coverage
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
+from hypothesis import is_hypothesis_test
 from hypothesis import settings as hypothesis_settings
 
 from proxy.mock_upstream import MockUpstream
@@ -19,17 +20,42 @@ from proxy.web import create_app
 from tests.redis_server import RedisServer
 from tests.servers import serve
 
-# CI runs the properties derandomized (the same examples on every run, so a red build is
-# reproducible); a sweep over seeds, run before resolving, is
-# `pytest --hypothesis-profile=thorough --hypothesis-seed=N`: the plan's properties
-# (tests/core/test_plan_properties.py) take the profile's count, 600 there, 100 in the suite.
-hypothesis_settings.register_profile("ci", derandomize=True)
+# The suite runs the properties derandomized wherever it runs (the same examples on every run,
+# so `make test` gives one verdict per commit and a red build reproduces). The random search
+# that finds new cases is a sweep run before changing the plan:
+# `pytest --hypothesis-profile=thorough` (600 examples of the plan's properties, a new seed each
+# run, or `--hypothesis-seed=N` to replay one); a case it finds becomes an example-based test.
+hypothesis_settings.register_profile("suite", derandomize=True)
 hypothesis_settings.register_profile("thorough", max_examples=600)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get("CI") and config.getoption("hypothesis_seed", None) is None:
-        hypothesis_settings.load_profile("ci")
+    chosen = config.getoption("hypothesis_profile", None) or config.getoption(
+        "hypothesis_seed", None
+    )
+    if chosen is None:
+        hypothesis_settings.load_profile("suite")
+
+
+# The coverage gates count only what example-based tests reach: each test runs in the coverage
+# context "example" or "property" (a Hypothesis test), and `make test` reports the gates over
+# "example" and the import-time context "" alone. A line that only a property's examples reach
+# would make the gate depend on which examples were drawn; it needs a unit test of its own.
+COVERAGE_CONTEXTS = ("example", "property")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    collector = coverage.Coverage.current()
+    if collector is None:
+        yield
+        return
+    runs_examples = isinstance(item, pytest.Function) and is_hypothesis_test(item.obj)
+    collector.switch_context(COVERAGE_CONTEXTS[runs_examples])
+    try:
+        yield
+    finally:
+        collector.switch_context("")
 
 
 @pytest.fixture

@@ -7,10 +7,12 @@ now and then a broken one (an orphaned result, an unanswered call), which must b
 Every strategy, windows from 2k to 200k, our count right or off by 10 % (calibration),
 summaries good, useless, oversized or failed.
 
-Each property runs the profile's number of examples: 100 in the suite (derandomized in CI, the
-`ci` Hypothesis profile), 600 in the `thorough` profile (tests/conftest.py). Before an issue is
-resolved they run that way over many seeds:
-`pytest tests/core/test_plan_properties.py --hypothesis-profile=thorough --hypothesis-seed=N`.
+Each property runs the profile's number of examples: 100 in the suite (derandomized wherever
+it runs, the `suite` Hypothesis profile), 600 in the `thorough` profile (tests/conftest.py),
+which draws new ones each run. Before a change to the plan is resolved they run that way over
+many seeds: `pytest tests/core/test_plan_properties.py --hypothesis-profile=thorough
+--hypothesis-seed=N`. A case they find becomes an example test: the coverage gate counts
+example tests alone.
 """
 
 from __future__ import annotations
