@@ -15,17 +15,42 @@ ledger's text: how it is written and read back. Rules:
 - Priority when the budget is short: rules and negations first, then statements carrying a
   specific (an identifier, a number, a path, a URL, a name, a preference), then the task
   as first stated, then the rest, newest first. The kept statements are listed in the order
-  they were first seen, whatever their rank.
-- Deduplicated: the same sentence said twice is one statement. A later statement with the
-  same shape and a new value ("the budget is now $700" after "the budget is $500")
-  replaces the earlier one in its place. Rules never replace each other: "never open port
-  22" and "never open port 3389" are two rules.
+  they were first seen, whatever their rank, and the ledger's heading says so.
+- Deduplicated: the same sentence said twice is one statement.
+- Superseded by subject only. A later statement replaces an earlier one only when both are
+  about the same subject (the same label, if any, and the same words, differing only in
+  their values) and the later one plainly gives a new value:
+  - it says what something is: "the budget is $500" then "the budget is now $700" (or
+    "changed to $700"); "Steps 1-2 of 5 are done" then "Steps 1-3 of 5 are done";
+  - it is a label and its value ("Budget: $500" then "Budget: $700"), a label that names a
+    single state ("Status: ..."), or a labelled statement whose values are all quantities
+    ("USER PREFERENCE: at most 5 bullets" then "... at most 7 bullets");
+  - it announces the change: "actually", "instead", "from now on", "Update: ...".
+  A value is a quantity (digits, money, a date, a version), an identifier (a path, an id,
+  an address, quoted text) or, after "is", a name ("is Postgres 15", "is LANTERN"). Before
+  "is", an identifier or a name says which thing it is ("Ticket PAY-1 is closed" and
+  "Ticket PAY-2 is closed" are two statements); in a statement that says what to do, a name
+  is part of the task ("TODO: Email Alice ..." and "TODO: Email Bob ..." are two tasks) and
+  a new identifier replaces only when announced ("Actually, deploy to us-east-2.").
+  Anything else is a new statement, kept beside the earlier one: another subject under the
+  same label ("FACT: The project codename is LANTERN." and "FACT: The production database
+  is Postgres 15."), a near-duplicate about another thing ("The staging database is
+  Postgres 14." and "The production database is Postgres 15."), a question. When unsure,
+  both are kept: a stale value beside the new one misleads, but a lost statement is lost.
+  An update takes the place where its subject was first seen, and the value it replaces is
+  gone. Rules never replace each other: "never open port 22" and "never open port 3389"
+  are two rules.
+- One truth in the block: the heading tells the model that these verbatim lines are the
+  later truth where a summary says otherwise (a summary may paraphrase "$504" as "$501").
 - Idempotent: the ledger of a block the proxy wrote reads back as the same statements, so
-  compacting the proxy's own output leaves the ledger unchanged.
+  compacting the proxy's own output leaves the ledger unchanged; merging a ledger with
+  itself changes nothing, and merging in two steps (a carried ledger, then what was said
+  since) gives what merging everything at once gives.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,7 +58,13 @@ from dataclasses import dataclass
 from proxy.core.ledger import find_specifics
 from proxy.core.messages import Message, is_instruction, role, text
 
-LEDGER_HEADING = "What the user said in those turns, verbatim (later values replace earlier ones):"
+# One line: `read_ledger` and `without_ledger` find the ledger by it. A block an earlier
+# version wrote under an older heading is read as plain summary text: its lines go on as the
+# summary does, no longer as statements (only a conversation that spans an upgrade has one).
+LEDGER_HEADING = (
+    "What the user said in those turns, verbatim, in the order first said; where a summary"
+    " disagrees, these lines are the later truth:"
+)
 _BULLET = "- "
 # What one listed statement costs beyond its words: the bullet and the line break.
 _ENTRY_OVERHEAD = 2
@@ -69,8 +100,8 @@ _PREFERENCE = re.compile(
 # A name: a capitalised word that does not open the sentence ("ask Priya", "in Berlin"); a
 # handle or a channel ("@mkovacs", "#pay-oncall").
 _NAME = re.compile(r"(?<=[\w,;:)] )[A-Z][a-z]+|(?<![\w#@])[#@][A-Za-z][\w.-]*")
-# A labelled statement ("Goal: ...", "Status: ...", "Hard constraint: ..."): the user says
-# what kind of thing it is, and a later one under the same label replaces it.
+# A labelled statement ("Goal: ...", "FACT: ...", "Hard constraint: ..."): the user says what
+# kind of thing it is. Most labels name a kind of which there are many (see `_subject`).
 _LABEL = re.compile(r"^([A-Z]\w*(?: \w+){0,2}):\s")
 # An instruction about how to answer ("Use metric units.", "Reply in French."): a preference.
 _STYLE_VERBS = re.compile(
@@ -80,14 +111,53 @@ _STYLE_VERBS = re.compile(
 )
 _ALNUM = re.compile(r"[^\W_]")
 
-# What an update's shape ignores: values (anything with a digit, a slash, an underscore, an
-# `@`, a currency sign, quoted text), and the words people use to announce a change. A value
-# word is only tried where a word starts: tried at every character, a long run with no value
-# in it (a base64 blob) would be scanned once per character, quadratic in its length.
-_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`|(?<!\S)[^\s]*[\d/_@$€£¥][^\s]*")
-_CHANGE_WORDS = re.compile(
-    r"\b(?:now|actually|update[ds]?|instead|changed?|correction|new|still|from\s+now\s+on)\b",
+# --- Subjects: when a later statement replaces an earlier one (see the module's rules) ---
+
+# Values, found in one pass over a statement: a quoted span (one value, however many words
+# it holds), or a word with a digit, a slash, an underscore, an `@` or a currency sign; a
+# quantity when it has no letter ("$500", "1-2", "2026-11-15", "3.14.2"), else an identifier
+# ("us-west-2", "PAY-7731", "src/a.py", "alice@x.com", quoted text). A quote runs
+# (possessively) only to the next quote of its kind, and a value word is only tried where a
+# word starts: tried at every character, a long run with no value in it (a base64 blob)
+# would be scanned once per character, quadratic in its length. The work is done by the
+# regex engine, not word by word in Python: `merged` reads every statement of a
+# conversation on each compaction.
+_QUOTED = r"\"[^\"\n]*+\"|`[^`\n]*+`|(?<!\w)'[^'\n]*+'(?!\w)"
+_QUOTES = "\"'`"
+_VALUE = re.compile(rf"{_QUOTED}|(?<!\S)\S*[\d/_@$€£¥]\S*")
+# After "is" a name is a value too ("is Postgres 15", "is LANTERN", "is Priya Raman").
+_GIVEN = re.compile(rf"{_QUOTED}|(?<!\S)\S*[\d/_@$€£¥]\S*|(?<!\S)[(\[{{*]*[A-ZÀ-ÖØ-Þ]\S*")
+# The first copula outside quotes: "X is V" (or "X changed to V", which says the same).
+_COPULA = re.compile(
+    rf"{_QUOTED}|(?<!\S)(?P<copula>(?:is|are|was|were|am|be|=)[,:;]?"
+    r"|(?:changed|moved|switched|set) to)(?!\S)",
     re.IGNORECASE,
+)
+# Dropped where the subject meets the copula ("has changed to", "will be", "is now set to"),
+# so every way of saying "X is V" reads as that.
+_AUXILIARIES = frozenset({"has", "have", "had", "been", "will"})
+_LINKING = frozenset({"now", "still", "actually", "been", "changed", "set", "updated", "to"})
+# Words that name no subject: a copula right after one of them, or after these alone, says
+# no "X is V" ("Here is chunk 2", "It is 5 pm", "Restart the host that is at 10.0.0.1"), and
+# the statement is read as one that says what to do or shows something.
+_NO_SUBJECT = frozenset(
+    {"here", "there", "this", "that", "these", "those", "it", "what", "which", "who", "whom"}
+    | {"whose", "where", "when", "why", "how"}
+)
+# Words people add when they restate a value; the subject is the same without them.
+_IGNORED = frozenset({"now", "actually", "instead", "still", "correction", "updated"})
+# Words that announce a change, so even a statement that says what to do replaces the one
+# it corrects ("Deploy to us-east-2 instead."). "now" is not one: "Now read src/b.py." is the
+# next step, not a correction of "Read src/a.py.".
+_ANNOUNCED = re.compile(r"\b(?:actually|instead|correction|from now on)\b", re.IGNORECASE)
+_FROM_NOW_ON = re.compile(r"\bfrom now on\b,?", re.IGNORECASE)
+# "Update: ..." announces a change; it is no label of what is stated.
+_CHANGE_LABELS = frozenset({"update", "updated", "correction", "change", "changed", "actually"})
+# A label that names one state, of which there is one at a time: a later one replaces the
+# earlier whatever its words ("Status: the backfill is done and the cutover is next.").
+_STATE_LABELS = frozenset(
+    {"status", "current status", "progress", "current step", "next step", "current task"}
+    | {"current focus", "phase", "current phase", "stage", "current stage", "eta"}
 )
 _PUNCTUATION = re.compile(r"[^\w#\s]+")
 _SPACES = re.compile(r"\s+")
@@ -145,25 +215,35 @@ def _is_specific(sentence: str) -> bool:
 
 
 def merged(earlier: Sequence[Statement], later: Iterable[Statement]) -> list[Statement]:
-    """`earlier` then `later`, deduplicated, a later update replacing what it updates."""
+    """`earlier` then `later`, deduplicated, a later update replacing what it updates.
+
+    Linear in the number of statements. An update takes the place where its subject was
+    first seen. Merging the result with more statements gives what merging all of them at
+    once gives, so merging a ledger with itself changes nothing.
+    """
     kept: list[Statement] = []
     same: dict[str, int] = {}
-    shapes: dict[str, int] = {}
+    subjects: dict[str, int] = {}
     for statement in [*earlier, *later]:
         key = _normalized(statement.text)
         if key in same:
             continue
-        shape = _shape(statement)
-        index = shapes.get(shape) if shape is not None else None
-        if index is not None:
-            del same[_normalized(kept[index].text)]
-            kept[index] = statement  # the new value, where the old one was first seen
-        else:
+        subject = _subject(statement)
+        index = subjects.get(subject[0]) if subject is not None and subject[1] else None
+        if index is None:
             index = len(kept)
             kept.append(statement)
+        else:
+            del same[_normalized(kept[index].text)]
+            kept[index] = statement  # the new value, where the subject was first seen
         same[key] = index
-        if shape is not None:
-            shapes[shape] = index
+        if subject is not None:
+            # A subject stays with the first place it was seen, even when a later statement
+            # about it could not replace it and stands on its own ("Email bob@x.com" beside
+            # "Email alice@x.com"): every update goes to that one place, so the places an
+            # update did not choose never hold a statement it would replace, and merging the
+            # result again (in its order, not the order things were said) finds nothing to do.
+            subjects.setdefault(subject[0], index)
     return kept
 
 
@@ -171,20 +251,85 @@ def _normalized(sentence: str) -> str:
     return _SPACES.sub(" ", sentence).strip().rstrip(".!;: ").casefold()
 
 
-def _shape(statement: Statement) -> str | None:
-    """What an update of this statement looks like: its words with the values masked; None
-    for a rule (rules add up, they do not update each other) or a statement with no value."""
-    if statement.rank == RULE:
+def _subject(statement: Statement) -> tuple[str, bool] | None:
+    """What `statement` is about (its label and words, values masked as "#") and whether it
+    may replace an earlier statement about the same; None when it states no value that a
+    later one could update: a rule (rules add up), a question, a statement with no value."""
+    text = _SPACES.sub(" ", statement.text).strip()
+    if statement.rank == RULE or text.endswith("?"):
         return None
-    label = _LABEL.match(statement.text)
-    # "Update: ..." announces a change; it is no label of what is stated.
-    if label is not None and _CHANGE_WORDS.fullmatch(label[1]) is None:
-        return label[1].casefold() + ": #"
-    masked = _VALUE.sub(" # ", statement.text)
-    if "#" not in masked:
+    label, body, announced = _labelled(text)
+    if label in _STATE_LABELS:
+        return f"{label}: #", True
+    plain = _FROM_NOW_ON.sub(" ", body)
+    words = _says_what_is(plain)
+    # "X is V" plainly gives X a new value. A statement that says what to do or how things
+    # are in other words gives one only when it announces the change, or when a label stands
+    # for its subject: the label with a value alone ("Budget: $700"), or a labelled statement
+    # whose values are all quantities ("at most 5 bullets" -> "at most 7 bullets"). An
+    # identifier in it names what it is about, a second task rather than a new value ("TODO:
+    # Email alice@x.com ..." and "TODO: Email bob@x.com ..."), so it takes an announcement.
+    replaces = words is not None
+    if words is None:
+        words = _words(_VALUE.sub(" # ", plain))
+        replaces = (
+            announced
+            or _ANNOUNCED.search(body) is not None
+            or (label != "" and (words == ["#"] or not _names_a_thing(plain)))
+        )
+    if "#" not in words:
         return None
-    words = _PUNCTUATION.sub(" ", _CHANGE_WORDS.sub(" ", masked))
-    return _SPACES.sub(" ", words).strip().casefold()
+    return f"{label}: {' '.join(words)}", replaces
+
+
+def _labelled(text: str) -> tuple[str, str, bool]:
+    """`text`'s label (casefolded, "" if none), what follows it, and whether the label is an
+    announcement of a change ("Update: ...") rather than a label."""
+    match = _LABEL.match(text)
+    if match is None:
+        return "", text, False
+    label, body = match[1].casefold(), text[match.end() :]
+    if label in _CHANGE_LABELS:
+        return "", body, True
+    return label, body, False
+
+
+def _says_what_is(body: str) -> list[str] | None:
+    """The words of "X is V" with V's values (names too: "is Postgres 15") and X's quantities
+    masked ("Steps 1-2 of 5 are done"), or None when `body` says no such thing.
+
+    X's identifiers and names stay: they say which thing it is ("Ticket PAY-1 is closed").
+    """
+    copula = next((found for found in _COPULA.finditer(body) if found["copula"]), None)
+    if copula is None:
+        return None
+    subject = _words(_VALUE.sub(_quantity_masked, body[: copula.start()]))
+    while subject and subject[-1] in _AUXILIARIES:
+        subject.pop()
+    named = any(word != "#" and word not in _NO_SUBJECT for word in subject)
+    if not named or subject[-1] in _NO_SUBJECT:
+        return None
+    value = _words(_GIVEN.sub(" # ", body[copula.end() :]))
+    return [*subject, "is", *itertools.dropwhile(_LINKING.__contains__, value)]
+
+
+def _quantity_masked(value: re.Match[str]) -> str:
+    return value[0] if _is_identifier(value[0]) else " # "
+
+
+def _names_a_thing(text: str) -> bool:
+    return any(_is_identifier(value[0]) for value in _VALUE.finditer(text))
+
+
+def _is_identifier(value: str) -> bool:
+    return value[0] in _QUOTES or any(char.isalpha() for char in value)
+
+
+def _words(masked: str) -> list[str]:
+    """The words of `masked` ("#" for a masked value), casefolded, without the words people
+    add when they restate a value, and a run of values as one "#"."""
+    words = [w for w in _PUNCTUATION.sub(" ", masked).casefold().split() if w not in _IGNORED]
+    return [w for i, w in enumerate(words) if w != "#" or i == 0 or words[i - 1] != "#"]
 
 
 def selected(

@@ -173,7 +173,8 @@ def test_labels_handles_and_style_instructions_are_specifics() -> None:
     assert [s.rank for s in found] == [SPECIFIC, SPECIFIC, SPECIFIC, OTHER]
 
 
-def test_a_later_statement_under_the_same_label_replaces_the_earlier() -> None:
+def test_a_later_status_replaces_the_earlier_whatever_its_words() -> None:
+    # A label that names one state: there is one status at a time.
     said = statements_of(
         [
             user("Status: the schema migration is done and the backfill is next."),
