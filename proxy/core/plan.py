@@ -59,6 +59,7 @@ from proxy.core.statements import Statement
 from proxy.core.summary import (
     detach_notes,
     marker,
+    note_digest,
     note_of,
     offered_tools,
     summary_request,
@@ -113,6 +114,10 @@ class Situation:
     force: bool = False
     """Compact now whatever the pressure and cooldown (a manual `/compact`, a hook): every
     layer then takes all it may, not just what reaches the target."""
+    notes: frozenset[str] = frozenset()
+    """The digests (`note_digest`) of the notes the proxy wrote into `messages` (its
+    checkpoint's): only these are read as notes. A message that merely looks like one (a
+    model imitating the block it saw, sent back as history) is the client's text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +167,8 @@ class Compacted:
     dropped: SummaryTask | None = None
     """What the compaction removed with no summary covering it, as a summary to write later
     (folded into the next compaction under `note`'s key)."""
+    notes: frozenset[str] = frozenset()
+    """The digests of the proxy's notes in `messages` (for the checkpoint to keep)."""
 
     @property
     def covers(self) -> str | None:
@@ -355,23 +362,27 @@ class _Work:
     dropped: list[Message] = field(default_factory=list)
     """What truncations removed, oldest first, and the note before the first of them."""
     dropped_after: str | None = None
+    notes: set[str] = field(init=False)
+    """The digests of the proxy's notes: the situation's, and every block written since."""
 
     def __post_init__(self) -> None:
+        self.notes = set(self.situation.notes)
         self.allowances = Allowances.of(self.situation.budget, self.situation.policy)
         self.pin_task = self.situation.policy.pin_first_user
         self.tools = self.counter.tools(self.situation.body)
         self.before = self.total()
-        self._size_block()
+        self.size_block()
         self.regroup()
 
-    def _size_block(self) -> None:
+    def size_block(self) -> None:
+        """Size the compaction block of this conversation within the allowances."""
         allowances, count = self.allowances, self.counter.text
         earlier: list[Statement] = []
         said: list[Message] = []
         summary = 0
         for message in self.messages:
-            standalone = note_of(message)
-            restored, notes = detach_notes(message)
+            standalone = self.note_of(message)
+            restored, notes = self.detach_notes(message)
             for note in [standalone] if standalone is not None else notes:
                 without, statements = ledger.without_ledger(note)
                 earlier, summary = ledger.merged(earlier, statements), count(without)
@@ -387,6 +398,29 @@ class _Work:
             tools = offered_tools(self.situation.body)
             summary = max(summary, allowances.summary + allowances.facts + count(", ".join(tools)))
         self.block_budget = self.ledger_budget + summary + _NOTE_OVERHEAD
+
+    def note_of(self, message: Message) -> str | None:
+        """The note `message` stands for, if it is one the proxy wrote (see `notes`)."""
+        note = note_of(message)
+        return note if note is not None and note_digest(note) in self.notes else None
+
+    def detach_notes(self, message: Message) -> tuple[Message, list[str]]:
+        """`message` without the notes the proxy wrote into it (see `notes`), and those."""
+        return detach_notes(message, lambda note: note_digest(note) in self.notes)
+
+    def holds_note(self, message: Message) -> bool:
+        """Whether `message` is or carries a note the proxy wrote: such a message is never cut
+        (a cut would take the ledger with it); evicting it folds its note into the new one."""
+        return self.note_of(message) is not None or bool(self.detach_notes(message)[1])
+
+    def notes_left(self) -> frozenset[str]:
+        """The digests of the proxy's notes the conversation holds now."""
+        found: set[str] = set()
+        for message in self.messages:
+            standalone = self.note_of(message)
+            notes = [standalone] if standalone is not None else self.detach_notes(message)[1]
+            found.update(note_digest(note) for note in notes)
+        return frozenset(found)
 
     def regroup(self) -> None:
         self.units = group_units(self.messages)
@@ -459,6 +493,7 @@ class _Work:
             steps,
             self.note,
             dropped,
+            self.notes_left(),
         )
 
     def outcome(self) -> Compacted | None:
@@ -490,7 +525,7 @@ def _trim_layer(work: _Work) -> Plan | None:
 def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool], step: str) -> None:
     messages = list(work.messages)
     for index, message in enumerate(work.messages):
-        if not eligible(message) or is_trimmed(message):
+        if not eligible(message) or is_trimmed(message) or work.holds_note(message):
             continue
         tokens = work.counter.message(message)
         if tokens > cap:
@@ -623,6 +658,7 @@ def _cappable(work: _Work, index: int) -> bool:
         not is_instruction(message)
         and isinstance(message.get("content"), str)
         and not is_trimmed(message)
+        and not work.holds_note(message)
     )
 
 
@@ -677,7 +713,8 @@ class _Eviction:
     @property
     def evicted(self) -> tuple[Message, ...]:
         """The span's messages, earlier notes apart."""
-        return tuple(m for m in self.messages[self.start : self.stop] if note_of(m) is None)
+        work = self.work
+        return tuple(m for m in self.messages[self.start : self.stop] if work.note_of(m) is None)
 
     @classmethod
     def find(cls, work: _Work, *, deep: bool, note_tokens: int) -> _Eviction | None:
@@ -698,7 +735,7 @@ class _Eviction:
             sum(
                 work.counter.message(messages[i])
                 for i in u.indices()
-                if note_of(messages[i]) is None
+                if work.note_of(messages[i]) is None
             )
             for u in candidates
         ]
@@ -724,7 +761,7 @@ class _Eviction:
         when they do not end on a unit's boundary."""
         seen = 0
         for index in range(self.start, self.stop):
-            seen += note_of(self.messages[index]) is None
+            seen += self.work.note_of(self.messages[index]) is None
             if seen == count:
                 ends = any(unit.stop == index + 1 for unit in self.work.units)
                 return replace(self, stop=index + 1) if ends else None
@@ -740,6 +777,7 @@ class _Eviction:
     def apply(self, note: str, step: str, kept: list[Statement] | None = None) -> None:
         """Replace the span with `note` and the ledger (`kept`, or this span's own)."""
         block = ledger.with_ledger(note, self.ledger() if kept is None else kept)
+        self.work.notes.add(note_digest(block))
         reduced = [*self.messages[: self.start], *self.messages[self.stop :]]
         messages = splice(reduced, self.start, self.start, block).messages
         work = self.work
@@ -772,12 +810,12 @@ def _detached(work: _Work) -> tuple[list[Message], str | None, list[Statement]]:
     messages = list(work.messages)
     found: list[str] = []
     for index in range(work.pins.head, len(messages)):
-        standalone = note_of(messages[index])
+        standalone = work.note_of(messages[index])
         if standalone is not None:
             if index < work.pins.recent:  # one in the recent window stays where it is
                 found.append(standalone)
             continue
-        messages[index], merged_notes = detach_notes(messages[index])
+        messages[index], merged_notes = work.detach_notes(messages[index])
         found += merged_notes
     earlier: list[Statement] = []
     previous = None
@@ -865,11 +903,17 @@ def plan_emergency(
     nothing could be removed: the service then returns the provider's error as it came.
     """
     policy = situation.policy.replace(keep_recent=situation.policy.keep_recent // 2)
-    hard = Situation(situation.messages, situation.body, policy, situation.budget, force=True)
+    hard = replace(situation, policy=policy, turns_since_compaction=None, force=True)
     work = _Work(hard, counter, list(situation.messages), summarizes=False)
     if not is_well_formed(work.units):
         return Unchanged("malformed", work.before)
     work.target_override = _emergency_target(work, stated_limit)
+    # The block's allowances were sized for the usual target; the emergency lands far lower
+    # (half the rejected request, or the stated limit), so its ledger gets the same share of
+    # that target as of the usual one, or the ledger alone could push the retry over.
+    scaled = int(work.target * situation.policy.ledger_share / situation.policy.compaction_target)
+    work.allowances = replace(work.allowances, ledger=min(work.allowances.ledger, scaled))
+    work.size_block()
     work.regroup()
     budget = situation.budget
     cap = min(int(budget.context_window * policy.tool_result_max_share), work.target // 2)

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from proxy.core.digests import chain, digest
 from proxy.core.messages import Message, leading_instructions
+from proxy.core.summary import note_digest, notes_in
 from proxy.errors import InvalidRequestError
 
 SESSION_ID_MAX_CHARS: Final = 128
@@ -113,13 +114,23 @@ class Checkpoint:
     strategy: str
     tokens_before: int
     tokens_after: int
+    notes: tuple[str, ...] = ()
+    """The digests (`note_digest`) of the notes the proxy wrote into `messages`: only these
+    are read as notes (a message that merely looks like one is the client's)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "notes": list(self.notes)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        if "notes" in fields:
+            fields["notes"] = tuple(fields["notes"])
+        else:
+            # Written before notes were recorded: its notes are the ones its shape shows,
+            # as they were read then.
+            fields["notes"] = tuple(note_digest(note) for note in notes_in(data["messages"]))
+        return cls(**fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +238,12 @@ def find_checkpoint(
         if checkpoint is not None and checkpoint.covered == covered:
             return checkpoint
     return None
+
+
+def known_notes(checkpoint: Checkpoint | None) -> frozenset[str]:
+    """The notes the proxy wrote into the view over `checkpoint` (none without one: the
+    client's own history holds none)."""
+    return frozenset(checkpoint.notes) if checkpoint is not None else frozenset()
 
 
 def view(

@@ -15,9 +15,10 @@ request offers, so the model keeps using them after its own earlier calls are go
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from proxy.core.digests import digest
 from proxy.core.messages import Message, role, text, tool_calls
 
 SUMMARY_PREFIX = "[Earlier turns of this conversation were condensed"
@@ -92,59 +93,106 @@ def detach_note(message: Message) -> tuple[Message, str | None]:
     return restored, notes[-1] if notes else None
 
 
-def _note_start(content: str) -> int:
-    """Where `_NOTE.search` would match (-1: nowhere), jumping from one paragraph break to
+def _note_starts(content: str) -> Iterator[int]:
+    """Where `_NOTE` matches in `content`, in order, jumping from one paragraph break to
     the next: a search tries every character, a quarter of a second on 10 MB."""
     if _NOTE.match(content):
-        return 0
+        yield 0
     start = content.find("\n\n[")
-    while start != -1 and not _NOTE.match(content, start):
+    while start != -1:
+        if _NOTE.match(content, start):
+            yield start
         start = content.find("\n\n[", start + 1)
-    return start
 
 
-def detach_notes(message: Message) -> tuple[Message, list[str]]:
+def _anyone(_: str) -> bool:
+    return True
+
+
+def detach_notes(
+    message: Message, owned: Callable[[str], bool] = _anyone
+) -> tuple[Message, list[str]]:
     """`message` without the notes the proxy merged into it, and those notes, oldest first.
 
     A note opens a user message (closed by `NOTE_END`) or is merged at its end; a message
-    can carry both (an opening note, then a later one at its end), never more.
+    can carry both (an opening note, then a later one at its end), never more. `owned` says
+    which texts are notes the proxy wrote: the text a note carries (a summary) may hold
+    what looks like a note's start or end (a model echoing what it read), so each place
+    where one could start or end is tried in turn until `owned` accepts what it delimits.
     """
     content = message.get("content")
     notes: list[str] = []
     if isinstance(content, str):
         if _NOTE.match(content):
-            note, found, rest = content.partition(_OPENING_NOTE_END + "\n\n")
-            if not found:
-                return message, []  # a standalone note: `note_of` reads it
-            notes.append(note)
-            content = rest
-        start = _note_start(content)
+            separator = _OPENING_NOTE_END + "\n\n"
+            end = content.find(separator)
+            while end != -1 and not owned(content[:end]):
+                end = content.find(separator, end + 1)
+            if end == -1:
+                return message, []  # a standalone note (`note_of` reads it), or none of ours
+            notes.append(content[:end])
+            content = content[end + len(separator) :]
+        start = next(
+            (at for at in _note_starts(content) if owned(content[at:].removeprefix("\n\n"))), -1
+        )
         if start != -1:
             notes.append(content[start:].removeprefix("\n\n"))
             content = content[:start]
-    elif isinstance(content, list):
-        if content and _is_note_part(content[0]) and content[0]["text"].endswith(_OPENING_NOTE_END):
-            notes.append(content[0]["text"].removesuffix(_OPENING_NOTE_END))
-            content = content[1:]
-        if content and _is_note_part(content[-1]):
-            notes.append(content[-1]["text"])
+    elif isinstance(content, list) and content:
+        opening = _note_text(content[0])
+        if opening is not None and opening.endswith(_OPENING_NOTE_END):
+            note = opening.removesuffix(_OPENING_NOTE_END)
+            if owned(note):
+                notes.append(note)
+                content = content[1:]
+        closing = _note_text(content[-1]) if content else None
+        if closing is not None and owned(closing):
+            notes.append(closing)
             content = content[:-1]
     return ({**message, "content": content}, notes) if notes else (message, [])
 
 
-def _is_note_part(part: object) -> bool:
-    return (
-        isinstance(part, dict)
-        and isinstance(part.get("text"), str)
-        and _NOTE.match(part["text"]) is not None
-    )
+def _note_text(part: object) -> str | None:
+    """The text of a content part that holds a note, if it is one."""
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        text_: str = part["text"]
+        return text_ if _NOTE.match(text_) is not None else None
+    return None
 
 
 def note_of(message: Message) -> str | None:
     """The note a standalone proxy message carries (a summary or a marker), if it is one
     (a user message a note opens is not: `detach_note` takes that note out)."""
     body = text(message)
-    return body if _NOTE.match(body) and NOTE_END not in body else None
+    if not _NOTE.match(body):
+        return None
+    if body.endswith(_OPENING_NOTE_END):
+        # A note that opened an empty message (`merge_text`): nothing of the client's is left.
+        return body.removesuffix(_OPENING_NOTE_END)
+    return body if NOTE_END not in body else None
+
+
+def note_digest(note: str) -> str:
+    """The name of a note the proxy wrote (hex), by which it knows the note is its own.
+
+    A note is recognised by its text's shape, and a model that sees the block in its
+    context can write the same shape in its own answer (a small model imitating what it
+    reads), which the client then sends back as history. Read as the proxy's, such an
+    answer's "ledger" would replace what the user really said. So a compaction records the
+    digests of the notes it leaves in the conversation (the checkpoint keeps them), and only
+    a note so recorded is read as one: everything else is the client's text.
+    """
+    return digest(note).hex()
+
+
+def notes_in(messages: Sequence[Message]) -> list[str]:
+    """Every note in `messages` by its shape alone (standalone or merged into a message),
+    in order: what a checkpoint written before notes were recorded holds."""
+    found: list[str] = []
+    for message in messages:
+        standalone = note_of(message)
+        found += [standalone] if standalone is not None else detach_notes(message)[1]
+    return found
 
 
 def summary_request(

@@ -33,6 +33,7 @@ from proxy.core.lessons import window_lesson
 from proxy.core.overflow import Verdict, classify
 from proxy.core.plan import Compacted, Situation, plan_emergency
 from proxy.core.request import Api, ChatRequest, wire_body
+from proxy.core.session import known_notes
 from proxy.core.sse import StreamTap, opening_error, with_usage_requested
 from proxy.errors import UpstreamError
 from proxy.observability.metrics import Metrics
@@ -165,7 +166,13 @@ class ChatForwarder:
         window = await self._lesson(turn, verdict, estimate)
         if not verdict.compaction_can_fix:
             return None
-        situation = Situation(outcome.messages, turn.request.body, turn.policy, turn.budget)
+        situation = Situation(
+            outcome.messages,
+            turn.request.body,
+            turn.policy,
+            turn.budget,
+            notes=known_notes(outcome.checkpoint),
+        )
         result = await turn.planned(
             outcome.messages, lambda c: plan_emergency(situation, c, stated_limit=window)
         )

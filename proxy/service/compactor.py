@@ -30,7 +30,7 @@ from proxy.core.messages import tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.policy import Strategy
 from proxy.core.prepared import covered, note_key
-from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
+from proxy.core.session import Checkpoint, CompactionRecord, known_notes, new_checkpoint
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome, unchanged
@@ -159,6 +159,7 @@ class Compactor:
             turn.budget,
             turns_since_compaction=turn.state.turns_since_compaction,
             force=action.force,
+            notes=known_notes(outcome.checkpoint),
         )
         plan = await turn.planned(situation.messages, lambda c: plan_compaction(situation, c))
         # Whether compaction had its chance: after it, a request still over the provider's
@@ -290,6 +291,7 @@ class Compactor:
             strategy=result.strategy,
             tokens_before=result.tokens_before,
             tokens_after=result.tokens_after,
+            notes=tuple(sorted(result.notes)),
         )
         if made is None:
             # The body is unchanged (only the head was cut): there is no prefix of the

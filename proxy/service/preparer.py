@@ -40,6 +40,7 @@ from proxy.core.breaker import Breaker
 from proxy.core.messages import Message
 from proxy.core.plan import Compacted, NeedsSummary, Situation, SummaryTask, plan_compaction
 from proxy.core.prepared import covered, note_key, preparing
+from proxy.core.session import known_notes
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome
@@ -141,7 +142,8 @@ class Preparer:
         if grown is not None and 0 <= grown < budget.tokens_at(RECHECK_SHARE):
             return
         self._remember(self._checked, conversation, (prefix, tokens), MAX_CHECKED)
-        self._start(conversation, lambda: self._prepare(turn, messages))
+        notes = known_notes(outcome.checkpoint)
+        self._start(conversation, lambda: self._prepare(turn, messages, notes))
 
     def fold(self, turn: Turn, result: Compacted) -> None:
         """Start summarizing what `result` dropped with no summary covering it, to fold into
@@ -191,10 +193,12 @@ class Preparer:
 
     # --- the jobs ----------------------------------------------------------------------------
 
-    async def _prepare(self, turn: Turn, messages: list[Message]) -> None:
+    async def _prepare(self, turn: Turn, messages: list[Message], notes: frozenset[str]) -> None:
         # The plan a compaction would make now, forced: its span is what the compaction at
         # the trigger will summarize, up to the messages added by then.
-        situation = Situation(messages, turn.request.body, turn.policy, turn.budget, force=True)
+        situation = Situation(
+            messages, turn.request.body, turn.policy, turn.budget, force=True, notes=notes
+        )
         need = await turn.planned(messages, lambda c: plan_compaction(situation, c))
         if not isinstance(need, NeedsSummary):
             return

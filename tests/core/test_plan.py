@@ -41,6 +41,7 @@ def situation(
     *,
     force: bool = False,
     turns_since_compaction: int | None = None,
+    notes: frozenset[str] = frozenset(),
     **policy: Any,
 ) -> Situation:
     return Situation(
@@ -50,6 +51,7 @@ def situation(
         budget=Budget(context_window=window, output_reserve=0),
         turns_since_compaction=turns_since_compaction,
         force=force,
+        notes=notes,
     )
 
 
@@ -245,7 +247,7 @@ def test_truncation_takes_one_unit_more_to_end_right_before_a_user_message() -> 
 def test_rolling_summary_folds_the_previous_one() -> None:
     first = run(plan_compaction(situation(chat(10)), COUNTER), "- first summary")
     grown = [*first.messages, *chat(10)[2:]]
-    plan = plan_compaction(situation(grown), COUNTER)
+    plan = plan_compaction(situation(grown, notes=first.notes), COUNTER)
     assert isinstance(plan, NeedsSummary)
     prompt = plan.request["messages"][1]["content"]
     assert "to fold into yours" in prompt
@@ -261,7 +263,7 @@ def test_rolling_summary_keeps_the_facts_of_the_previous_one() -> None:
     # summarizer drops must come back from the first summary, or it is lost for good.
     first = run(plan_compaction(situation(chat(10)), COUNTER), "- keep /srv/data/42.db")
     grown = [*first.messages, *chat(10)[2:]]
-    plan = plan_compaction(situation(grown), COUNTER)
+    plan = plan_compaction(situation(grown, notes=first.notes), COUNTER)
     assert isinstance(plan, NeedsSummary)
     assert all("/srv/data/42.db" not in str(m.get("content")) for m in plan.span)
     second = plan.complete("- a vague second summary")
@@ -276,7 +278,10 @@ def test_note_merged_into_first_user_is_not_piled_up() -> None:
     result = run(plan_compaction(situation(agent(9), strategy="summarize"), COUNTER), "- one")
     assert result.messages[1]["content"].startswith("the task\n\n" + SUMMARY_PREFIX)
     grown = [*result.messages[:-1], *agent(9)[2:]]
-    again = run(plan_compaction(situation(grown, strategy="summarize"), COUNTER), "- two")
+    again = run(
+        plan_compaction(situation(grown, strategy="summarize", notes=result.notes), COUNTER),
+        "- two",
+    )
     task = again.messages[1]["content"]
     assert task.count(SUMMARY_PREFIX) == 1
     assert "- two" in task
@@ -291,9 +296,9 @@ def test_everything_pinned_is_nothing_to_remove() -> None:
 
 def test_compacting_the_output_again_changes_nothing() -> None:
     result = run(plan_compaction(situation(chat(30)), COUNTER))
-    again = plan_compaction(situation(result.messages), COUNTER)
+    again = plan_compaction(situation(result.messages, notes=result.notes), COUNTER)
     assert isinstance(again, Unchanged)
-    forced = plan_compaction(situation(result.messages, force=True), COUNTER)
+    forced = plan_compaction(situation(result.messages, force=True, notes=result.notes), COUNTER)
     assert isinstance(forced, Unchanged)
     assert forced.reason == "nothing_to_remove"
 
@@ -332,7 +337,9 @@ def test_compacting_twice_changes_nothing(messages: list[Message], strategy: str
     result = first.fallback() if isinstance(first, NeedsSummary) else first
     if not result.fits:
         return
-    again = plan_compaction(situation(result.messages, window=500, strategy=strategy), COUNTER)
+    again = plan_compaction(
+        situation(result.messages, window=500, strategy=strategy, notes=result.notes), COUNTER
+    )
     assert isinstance(again, Unchanged)
 
 

@@ -251,7 +251,9 @@ def test_compacting_twice_changes_nothing(case: Case, how: str) -> None:
         return
     # Nothing depends on time or chance: the same request compacts to the same bytes.
     assert compacted(case.situation, how) == first
-    situation = Situation(first.messages, TOOLS, case.situation.policy, case.situation.budget)
+    situation = Situation(
+        first.messages, TOOLS, case.situation.policy, case.situation.budget, notes=first.notes
+    )
     again = compacted(situation, how)
     assert isinstance(again, Unchanged) or again.messages == first.messages, again
 
@@ -264,7 +266,9 @@ def test_the_ledger_survives_recompaction(case: Case, more: list[list[Message]],
         return
     carried = _ledger_of(first.messages)
     grown = [*first.messages, *itertools.chain.from_iterable(more)]
-    situation = Situation(grown, TOOLS, case.situation.policy, case.situation.budget, force=True)
+    situation = Situation(
+        grown, TOOLS, case.situation.policy, case.situation.budget, force=True, notes=first.notes
+    )
     second = compacted(situation, how)
     if not isinstance(second, Compacted):
         return

@@ -36,9 +36,11 @@ def agent(turns: int, start: list[Message] | None = None) -> list[Message]:
     return messages
 
 
-def situation(messages: list[Message], *, force: bool = False) -> Situation:
+def situation(
+    messages: list[Message], *, force: bool = False, notes: frozenset[str] = frozenset()
+) -> Situation:
     budget = Budget(context_window=WINDOW, output_reserve=0)
-    return Situation(messages, {"model": "m", **TOOLS}, POLICY, budget, force=force)
+    return Situation(messages, {"model": "m", **TOOLS}, POLICY, budget, force=force, notes=notes)
 
 
 def pressure(messages: list[Message]) -> float:
@@ -106,7 +108,9 @@ def test_a_summary_of_the_span_s_start_is_used_and_the_rest_kept_when_it_fits() 
     assert result.dropped is None
     assert result.note is not None
     assert "prepared summary of the start" in result.note
-    nxt = plan_compaction(situation(agent(6, [*result.messages]), force=True), COUNTER)
+    nxt = plan_compaction(
+        situation(agent(6, [*result.messages]), force=True, notes=result.notes), COUNTER
+    )
     assert isinstance(nxt, NeedsSummary)
     assert nxt.anchor == result.note
     assert nxt.span[: len(due.span) - k] == due.span[k:]
@@ -131,7 +135,9 @@ def test_a_summary_of_the_span_s_start_is_used_and_the_rest_left_to_fold_in_late
     assert result.covers == due.keys[-1]
     assert result.note is not None
     assert "prepared summary of the start" in result.note
-    nxt = plan_compaction(situation(agent(6, [*result.messages]), force=True), COUNTER)
+    nxt = plan_compaction(
+        situation(agent(6, [*result.messages]), force=True, notes=result.notes), COUNTER
+    )
     assert isinstance(nxt, NeedsSummary)
     assert nxt.anchor == result.note
 
@@ -154,7 +160,9 @@ def test_a_fallback_drops_the_span_whose_summary_is_folded_into_the_next_compact
     assert result.note is not None
     assert result.note.startswith(f"[{len(due.span)} earlier")
     folded = result.dropped.note("- what the dropped turns said")
-    nxt = plan_compaction(situation(agent(6, [*result.messages]), force=True), COUNTER)
+    nxt = plan_compaction(
+        situation(agent(6, [*result.messages]), force=True, notes=result.notes), COUNTER
+    )
     assert isinstance(nxt, NeedsSummary)
     assert nxt.anchor == result.note
     assert nxt.previous == result.note

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,12 +17,14 @@ from proxy.core.session import (
     chain_hashes,
     content_hash,
     find_checkpoint,
+    known_notes,
     new_checkpoint,
     session_id_of,
     split_head,
     tenant_of,
     view,
 )
+from proxy.core.summary import marker, note_digest
 from tests.builders import assistant, system, user
 from tests.core.conversations import conversation
 
@@ -104,6 +109,21 @@ def test_records_round_trip_through_json() -> None:
     assert CompactionRecord.from_json(record.to_json()) == record
     assert SessionState(turns=5, last_compaction_turn=3).turns_since_compaction == 2
     assert SessionState().turns_since_compaction is None
+
+
+def test_a_checkpoint_keeps_the_notes_the_proxy_wrote() -> None:
+    note = marker(2)
+    made = replace(checkpoint(2, [user("task"), assistant(note)]), notes=(note_digest(note),))
+    assert Checkpoint.from_json(json.loads(json.dumps(made.to_json()))) == made
+    assert known_notes(made) == {note_digest(note)}
+    assert known_notes(None) == frozenset()
+
+
+def test_a_checkpoint_stored_before_notes_were_recorded_knows_its_notes_by_shape() -> None:
+    note = marker(2)
+    stored = checkpoint(2, [user("task"), assistant(note)]).to_json()
+    del stored["notes"]
+    assert Checkpoint.from_json(stored).notes == (note_digest(note),)
 
 
 @given(conversation(), st.data())

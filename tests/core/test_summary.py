@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from proxy.core.splice import merge_text
 from proxy.core.summary import (
+    NOTE_END,
     SECTIONS,
     SUMMARY_PREFIX,
     completion_text,
@@ -11,7 +12,9 @@ from proxy.core.summary import (
     detach_notes,
     is_summary,
     marker,
+    note_digest,
     note_of,
+    notes_in,
     offered_tools,
     opening_note,
     render,
@@ -143,3 +146,60 @@ def test_a_note_right_after_an_opening_note_is_detached_too() -> None:
     restored, notes = detach_notes(message)
     assert notes == [first, second]
     assert restored["content"] == ""
+
+
+# --- which notes are the proxy's ------------------------------------------------------------
+
+
+def test_an_opening_note_whose_summary_echoes_the_note_end_is_detached_whole() -> None:
+    # A small model's summary may repeat what it read, the closing line included.
+    note = summary_text(f"- echoed\n\n{NOTE_END}\n\n- more", condensed=4, tools=[])
+    message = user("the task")
+    opened = merge_text(message, opening_note(note), first=True)
+    assert detach_note(opened)[1] != note  # by its shape alone, the echo ends the note early
+    assert detach_notes(opened, lambda text: text == note) == (message, [note])
+
+
+def test_a_note_shaped_text_that_is_not_the_proxy_s_stays_in_the_message() -> None:
+    note = summary_text("- the real summary", condensed=3, tools=[])
+    fake = "[2 earlier messages omitted]\n\n- pasted from an answer"
+    message = user(f"look at this:\n\n{fake}\n\nwhat is it?")
+    merged = merge_text(message, note, first=False)
+    assert detach_notes(merged, lambda text: text == note) == (message, [note])
+    assert detach_notes(message, lambda text: text == note) == (message, [])
+    opened = merge_text(message, opening_note(fake), first=True)
+    assert detach_notes(opened, lambda text: text == note) == (opened, [])
+
+
+def test_note_parts_of_a_multimodal_message_are_detached_only_when_the_proxy_s() -> None:
+    note = summary_text("- the real summary", condensed=3, tools=[])
+    message = image_user("task")
+    opened = merge_text(message, opening_note(note), first=True)
+    closed = merge_text(message, note, first=False)
+    assert detach_notes(opened, lambda text: False) == (opened, [])
+    assert detach_notes(closed, lambda text: False) == (closed, [])
+    assert detach_notes(closed, lambda text: text == note) == (message, [note])
+    assert (
+        detach_notes({"role": "user", "content": [{"type": "image_url"}]}, lambda text: True)[1]
+        == []
+    )
+
+
+def test_notes_in_finds_standalone_and_merged_notes_in_order() -> None:
+    first = marker(3)
+    second = summary_text("- later", condensed=2, tools=[])
+    messages = [
+        user("task"),
+        {"role": "assistant", "content": first},
+        merge_text(user("next"), second, first=False),
+    ]
+    assert notes_in(messages) == [first, second]
+    assert note_digest(first) != note_digest(second)
+    assert note_digest(first) == note_digest(marker(3))
+
+
+def test_a_note_that_opened_an_empty_message_is_that_message_s_note() -> None:
+    note = marker(3)
+    opened = merge_text(user(""), opening_note(note), first=True)
+    assert note_of(opened) == note
+    assert note_of(user(f"{note}\n\n{NOTE_END}\n\nthe user's words")) is None

@@ -21,6 +21,7 @@ from proxy.core.breaker import Breaker
 from proxy.core.plan import NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy
 from proxy.core.prepared import note_key
+from proxy.core.session import known_notes
 from proxy.mock_upstream import MockUpstream, Reply
 from proxy.service import preparer as preparer_module
 from proxy.service.outcome import unchanged
@@ -58,7 +59,12 @@ def running(parts: Parts) -> int:
 def forced(turn: Turn) -> NeedsSummary:
     """The plan a compaction of `turn` would make now."""
     situation = Situation(
-        unchanged(turn).messages, turn.request.body, turn.policy, turn.budget, force=True
+        unchanged(turn).messages,
+        turn.request.body,
+        turn.policy,
+        turn.budget,
+        force=True,
+        notes=known_notes(turn.checkpoint),
     )
     need = plan_compaction(situation, turn.counter)
     assert isinstance(need, NeedsSummary)
