@@ -18,7 +18,7 @@ import pytest
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.core.messages import Message
 from proxy.core.overflow import Kind, classify
-from proxy.core.summary import SECTIONS, summary_request
+from proxy.core.summary import SECTIONS, Prefix, prefix_request, summary_request
 from proxy.core.tokens import O200K_BASE, TokenCounter
 from proxy.mock_upstream import AgentScript, MockUpstream, Reply, SummaryQuality, ToolCall
 from proxy.mock_upstream.cache import cached_tokens
@@ -447,14 +447,18 @@ def test_agent_and_default_are_exclusive() -> None:
 FACTS = ("INC-4821", "src/billing/invoice.py", "37 ms", "never deploy on Fridays")
 
 
-def summary_body() -> dict[str, Any]:
-    span = [
+def summary_span() -> list[Message]:
+    """Turns that state each of `FACTS`."""
+    return [
         user("The checkout is slow; see incident INC-4821. We must never deploy on Fridays."),
         assistant_calls("call_7", name="read_file", arguments={"path": "src/billing/invoice.py"}),
         tool_result("call_7", "def total(): ...  # p99 latency 37 ms"),
         assistant("The invoice total is recomputed for every line item."),
     ]
-    return summary_request(span, previous=None, model=MODEL, max_tokens=800)
+
+
+def summary_body() -> dict[str, Any]:
+    return summary_request(summary_span(), previous=None, model=MODEL, max_tokens=800)
 
 
 @pytest.mark.parametrize("quality", ["good", "poor"])
@@ -489,6 +493,31 @@ async def test_good_summary_stays_within_max_tokens(
     summary = reply["choices"][0]["message"]["content"]
     assert "src/module_0.py" in summary
     assert counter.text(summary) <= 300 + 100  # the headings come on top of the quotes
+
+
+@pytest.mark.parametrize("after_task", [True, False])
+async def test_a_summary_asked_as_the_conversation_s_prefix_is_read_from_its_cache(
+    encoders: Encoders, after_task: bool
+) -> None:
+    """The prefix form: the conversation as it was sent (cached then), one closing prompt.
+    The summary is written from the turns the prompt names and the earlier summary."""
+    task = user("Fix the checkout, ticket T-1 in src/app.py.")
+    conversation = [system(long_text(600)), task, *summary_span()]
+    prefix = Prefix({"model": MODEL}, tuple(conversation), tokens=0, after_task=after_task)
+    body = prefix_request(prefix, previous="- INC-9 was closed", max_tokens=800)
+    upstream = MockUpstream(encoders=encoders)
+    async with running(upstream) as http:
+        await http.post("/chat/completions", json=chat(*conversation))  # sent, and cached
+        reply = (await http.post("/chat/completions", json=body)).json()
+    summary = reply["choices"][0]["message"]["content"]
+    assert upstream.summary_calls == 1
+    assert all(fact in summary for fact in (*FACTS, "INC-9"))
+    assert ("T-1" in summary) is not after_task  # a task that stays is not summarized
+    cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+    [usage] = upstream.summary_usage
+    assert cached == usage.cached_tokens >= 1024  # the conversation, from the prompt cache
+    assert usage.prompt_tokens - cached < 0.3 * usage.prompt_tokens
+    assert len(upstream.prompt_tokens) == 1  # the ordinary chat request only
 
 
 async def test_given_default_answers_summary_requests(encoders: Encoders) -> None:

@@ -4,35 +4,55 @@ By default it is the upstream the request goes to, with the request's model and 
 own credentials (the client pays for its summaries, as it would inside an agent framework).
 `context.summary_brain` points it elsewhere: a cheaper model, another server, its own key.
 
-A span too long for the summarizer's own window is summarized in parts, each part folding
-in the summary of the parts before it. Any failure (unreachable, time-out, an error status,
-no text) raises `SummaryFailedError`; the service then truncates instead, so the user's
-request never fails because of the summarizer.
+The brain that is the conversation's own model and upstream is asked in the prefix form
+(`proxy.core.summary.prefix_request`): the conversation as it was forwarded, which the
+provider has cached, then one instruction. When that form does not fit the window, or the
+upstream refuses it (a 4xx: a strict chat template, an overflow), the transcript form is
+sent instead. A brain of its own always gets the transcript form: it cached nothing of the
+conversation. A span too long for the summarizer's own window is summarized in parts, each
+part folding in the summary of the parts before it.
+
+Any failure (unreachable, time-out, an error status, no text) raises `SummaryFailedError`;
+the service then truncates instead, so the user's request never fails because of the
+summarizer.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
-from proxy.core.summary import completion_text, split_span
+from proxy.core.summary import Prefix, completion_text, prefix_request, split_span
 from proxy.errors import UpstreamError
+
+logger = logging.getLogger("proxy.compaction")
+
+# Statuses that refuse any request, whatever its form (a wrong key, a rate limit): the
+# transcript form would meet them too, so they are no reason to send it.
+_NOT_THE_FORM = frozenset({401, 403, 429})
 
 
 class Summarizable(Protocol):
     """A span to summarize (`NeedsSummary`, `SummaryTask`): its messages, the summary it
-    folds in, and the request for each part."""
+    folds in, the request for each part, and the conversation's forwarded prefix."""
 
     @property
     def span(self) -> tuple[Message, ...]: ...
 
     @property
     def previous(self) -> str | None: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def prefix(self) -> Prefix | None: ...
 
     def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]: ...
 
@@ -41,12 +61,34 @@ class SummaryFailedError(Exception):
     """The summarizer gave no usable summary; the message says why."""
 
 
+class SummaryRefusedError(SummaryFailedError):
+    """The summarizer refused the request as sent (a 4xx about the request itself)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SummaryResult:
     text: str
     model: str | None
     tokens: int
     """What the summarizer reported using (prompt and completion), for the history."""
+    input_tokens: int = 0
+    """The prompt tokens it reported (`usage.prompt_tokens`), every part's together."""
+    cached_tokens: int = 0
+    """Of those, the ones its prompt cache served (`prompt_tokens_details.cached_tokens`)."""
+    form: str = "transcript"
+    """How the span was sent: "prefix" (the conversation, then one instruction) or
+    "transcript"."""
+    refused: bool = False
+    """Whether the prefix form was refused first (the transcript form answered instead)."""
+
+    def plus(self, other: SummaryResult) -> SummaryResult:
+        """`other` (a later part's summary) with this one's usage added to its own."""
+        return replace(
+            other,
+            tokens=self.tokens + other.tokens,
+            input_tokens=self.input_tokens + other.input_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
 
 
 class Summarizer:
@@ -59,11 +101,15 @@ class Summarizer:
         model: str | None = None,
         api_key: str | None = None,
         window: int | None = None,
+        own_upstream: bool = False,
     ) -> None:
         self._upstream = upstream
         self._model = model
         self._api_key = api_key
         self._window = window
+        # The conversation's own model on its own upstream: the provider's cache there holds
+        # the conversation, so the prefix form reads it from the cache.
+        self._shares_cache = model is None and not own_upstream
 
     async def summarize(
         self,
@@ -72,28 +118,54 @@ class Summarizer:
         credentials: Headers,
         count: Callable[[Message], int],
         window: int,
+        forwarded_as_chat: bool = True,
     ) -> SummaryResult:
-        """The summary of `need.span`, in parts if the summarizer's window requires it.
+        """The summary of `need.span`: in the prefix form when the brain shares the
+        conversation's cache and it fits, else in the transcript form, in parts if the
+        summarizer's window requires it.
 
         `credentials` are the client's auth headers, used unless the brain has its own key;
-        `window` is the summarizer model's window when the brain does not configure one.
+        `window` is the summarizer model's window when the brain does not configure one;
+        `forwarded_as_chat` says whether the conversation went upstream as chat messages (a
+        Responses API one was cached as items, which the prefix form would not match).
         """
-        limit = _part_limit(need, count, self._window or window)
+        window = self._window or window
+        prefix = need.prefix if self._shares_cache and forwarded_as_chat else None
+        refused = False
+        if prefix is not None:
+            body = prefix_request(prefix, previous=need.previous, max_tokens=need.max_tokens)
+            if _fits(prefix, body, count, window):
+                try:
+                    return replace(await self._one(body, credentials), form="prefix")
+                except SummaryRefusedError as exc:
+                    logger.info("the conversation's prefix was refused for a summary: %s", exc)
+                    refused = True
+        result = await self._in_parts(need, credentials, count, window)
+        return replace(result, refused=refused)
+
+    async def _in_parts(
+        self,
+        need: Summarizable,
+        credentials: Headers,
+        count: Callable[[Message], int],
+        window: int,
+    ) -> SummaryResult:
+        """The transcript form: the span in parts that fit `window`, each folding in the
+        summary of the parts before it."""
+        limit = _part_limit(need, count, window)
         parts = split_span(need.span, max_tokens=limit, count=count)
-        summary, model, tokens = need.previous, None, 0
+        summary, result = need.previous, SummaryResult(need.previous or "", None, 0)
         for part in parts:
             body = need.request_for(part, summary)
             if self._model:
                 body["model"] = self._model
-            summary, model, used = await self._one(body, credentials)
-            tokens += used
+            answer = await self._one(body, credentials)
+            result, summary = result.plus(answer), answer.text
         if summary is None:
             raise SummaryFailedError("nothing to summarize")
-        return SummaryResult(summary, model, tokens)
+        return result
 
-    async def _one(
-        self, body: dict[str, object], credentials: Headers
-    ) -> tuple[str, str | None, int]:
+    async def _one(self, body: dict[str, Any], credentials: Headers) -> SummaryResult:
         headers: Headers = [("content-type", "application/json")]
         if self._api_key:
             headers.append(("authorization", f"Bearer {self._api_key}"))
@@ -107,8 +179,20 @@ class Summarizer:
         except UpstreamError as exc:
             raise SummaryFailedError(exc.message) from exc
         if response.status != 200:
-            raise SummaryFailedError(f"the summarizer answered {response.status}: {raw[:200]!r}")
+            refused = 400 <= response.status < 500 and response.status not in _NOT_THE_FORM
+            error = SummaryRefusedError if refused else SummaryFailedError
+            raise error(f"the summarizer answered {response.status}: {raw[:200]!r}")
         return _parse(raw)
+
+
+def _fits(
+    prefix: Prefix, body: dict[str, Any], count: Callable[[Message], int], window: int
+) -> bool:
+    """Whether a summary request in the prefix form (`body`, of `prefix`) fits `window`: the
+    prefix, the closing message and the reply, a tenth kept back for a provider that counts
+    more than we do (a request over the window would be refused, then sent again)."""
+    closing = count(body["messages"][-1])
+    return prefix.tokens + closing + int(body["max_tokens"]) <= window * 9 // 10
 
 
 def _part_limit(need: Summarizable, count: Callable[[Message], int], window: int) -> int:
@@ -128,7 +212,7 @@ def _part_limit(need: Summarizable, count: Callable[[Message], int], window: int
     return max(room * 9 // 10, window // 8, 1)
 
 
-def _parse(raw: bytes) -> tuple[str, str | None, int]:
+def _parse(raw: bytes) -> SummaryResult:
     try:
         payload = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -139,6 +223,19 @@ def _parse(raw: bytes) -> tuple[str, str | None, int]:
     if text is None:
         raise SummaryFailedError("the summarizer's answer has no text")
     usage = payload.get("usage")
-    tokens = usage.get("total_tokens", 0) if isinstance(usage, dict) else 0
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
     model = payload.get("model")
-    return text, model if isinstance(model, str) else None, tokens if isinstance(tokens, int) else 0
+    return SummaryResult(
+        text,
+        model if isinstance(model, str) else None,
+        _count(usage.get("total_tokens")),
+        input_tokens=_count(usage.get("prompt_tokens")),
+        cached_tokens=_count(cached),
+    )
+
+
+def _count(value: object) -> int:
+    """A token count from `usage`, 0 when it is missing or not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -22,9 +22,10 @@ Three rules keep it honest:
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,6 +43,11 @@ class Fact:
 
     kind: FactKind
     text: str
+
+
+Ranked = tuple[int, Fact]
+"""A fact with its rank (lower ranks are kept first when a ledger is bounded): the user's
+constraints, then what the user said, then what the assistant said, then tool output."""
 
 
 # --- What counts as a fact -------------------------------------------------------------------
@@ -105,6 +111,22 @@ class _Rule:
     name: str
     kind: FactKind
     pattern: re.Pattern[str]
+    needs: re.Pattern[str]
+    """What every match of `pattern` holds: a text without it is not scanned (most tool
+    output lacks most of them: code has no `@` or `://`, a log no `\\`), which finds the
+    same facts at a fraction of the cost."""
+
+
+_SCHEME = re.compile("://")
+_AT = re.compile("@")
+_DOT = re.compile(r"\.")
+_COLON = re.compile(":")
+_BACKSLASH = re.compile(r"\\")
+_SLASH = re.compile("/")
+_HYPHEN = re.compile("-")
+_UNDERSCORE = re.compile("_")
+_DIGIT = re.compile(r"\d")  # any digit `\d` matches, as the patterns' own `\d` do
+_CURRENCY_SIGN = re.compile(f"[{_CURRENCY}]")
 
 
 # Order matters: a span of text is claimed by the first rule that matches it, so the wide
@@ -114,11 +136,13 @@ _RULES = (
         "url",
         "url",
         re.compile(r"(?<![\w.])(?:https?|ftps?|wss?|file)://[^\s<>\"'`{}|\\^\[\]]+"),
+        _SCHEME,
     ),
     _Rule(
         "email",
         "email",
         re.compile(r"(?<![\w.%+-])[\w.%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])"),
+        _AT,
     ),
     _Rule(
         "ip address",
@@ -127,6 +151,7 @@ _RULES = (
             r"(?<![\w.:-])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)"
             r"(?::\d{1,5})?(?![\w-]|\.\d)"
         ),
+        _DOT,
     ),
     _Rule(
         "host",
@@ -135,6 +160,7 @@ _RULES = (
             r"(?<![\w.@/\\-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
             rf"(?i:{_HOST_SUFFIXES})(?::\d{{1,5}})?(?![\w-]|\.\w)"
         ),
+        _DOT,
     ),
     _Rule(
         "windows path",
@@ -143,6 +169,7 @@ _RULES = (
             rf"(?<![\w\\/.])[A-Za-z]:{_WINDOWS_SEPARATOR}"
             rf"(?:{_WINDOWS_SEGMENT}{_WINDOWS_SEPARATOR})*(?:{_WINDOWS_SEGMENT})?"
         ),
+        _COLON,
     ),
     _Rule(
         "windows relative path",
@@ -150,22 +177,26 @@ _RULES = (
         re.compile(
             rf"(?<![\w\\/.:-])(?:[\w.-]+\\\\?)+[\w.-]*{_EXTENSION}(?![\w\\])",
         ),
+        _BACKSLASH,
     ),
     _Rule(
         "unix path",
         "path",
         # Not after a word (`km/h`, `and/or`, `N/A`), `<` (`</div>`) or `$` (`$HOME/x`).
         re.compile(rf"(?<![\w/\\.:~$<@-])(?:~|\.{{1,2}})?(?:/{_UNIX_CHAR}+)+/?"),
+        _SLASH,
     ),
     _Rule(
         "relative path",
         "path",
         re.compile(rf"(?<![\w/\\.:~$<@-])(?:{_UNIX_CHAR}+/)+{_UNIX_CHAR}*{_EXTENSION}(?![\w/])"),
+        _SLASH,
     ),
     _Rule(
         "uuid",
         "hash",
         re.compile(rf"\b{_HEX}{{8}}-(?:{_HEX}{{4}}-){{3}}{_HEX}{{12}}\b"),
+        _HYPHEN,
     ),
     _Rule(
         "hex digest",
@@ -176,6 +207,7 @@ _RULES = (
             rf"\b(?:sha(?:1|256|512):)?(?={_HEX}*[a-fA-F])(?={_HEX}*\d)(?!\d+[eE]\d+\b)"
             rf"(?:{_HEX}{{128}}|{_HEX}{{64}}|{_HEX}{{7,40}})\b"
         ),
+        _DIGIT,
     ),
     _Rule(
         "date",
@@ -186,6 +218,7 @@ _RULES = (
             r"(?:[T ](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
             r"(?![\w-])"
         ),
+        _HYPHEN,
     ),
     _Rule(
         "version",
@@ -196,6 +229,7 @@ _RULES = (
             r"(?<![\w.-])(?:v\d+(?:\.\d+){1,3}|\d+\.\d+\.\d+)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?"
             r"(?![\w-]|\.\d)"
         ),
+        _DOT,
     ),
     _Rule(
         "ticket",
@@ -203,12 +237,14 @@ _RULES = (
         # LETTERS-DIGITS, upper case (ABC-123, JIRA-42, CVE-2024-3094): lower-case
         # hyphenated words (`covid-19`, `gpt-4o-mini` aside) are ordinary prose.
         re.compile(rf"(?<![\w-])(?!(?:{_NOT_TICKETS})-)[A-Z][A-Z0-9]{{1,9}}(?:-\d+)+(?!\w)"),
+        _HYPHEN,
     ),
     _Rule(
         "api id",
         "identifier",
         # Stripe- and OpenAI-style ids: a short lower-case prefix, `_`, digits among letters.
         re.compile(r"\b[a-z]{2,8}_(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{6,}\b"),
+        _UNDERSCORE,
     ),
     _Rule(
         "prefixed id",
@@ -217,6 +253,7 @@ _RULES = (
             rf"\b(?i:{_ID_PREFIX})\b(?:[ \t]+(?i:id|no\.|number))?[ \t]*"
             r"(?:#[ \t]*\d+|:?[ \t]*(?=[\w-]*\d)[A-Za-z0-9][\w-]{3,})(?![\w-])"
         ),
+        _DIGIT,
     ),
     _Rule(
         "money",
@@ -225,18 +262,21 @@ _RULES = (
             rf"(?<![\w{_CURRENCY}])[{_CURRENCY}] ?{_NUMBER}"
             r"(?: ?(?:[kKMB]|bn|million|billion|thousand))?(?!\w)"
         ),
+        _CURRENCY_SIGN,
     ),
     _Rule(
         "measure",
         "quantity",
         # `1990s` is a decade, not ninety-nine thousand seconds.
         re.compile(rf"(?<![\w.,])(?!(?:1[5-9]|20)\d0s(?!\w)){_NUMBER}[kKM]? ?(?:{_UNIT})(?!\w)"),
+        _DIGIT,
     ),
     _Rule(
         "labelled number",
         "quantity",
         # A sentence may end right after the number; `port 3.5` is no port.
         re.compile(rf"\b(?i:{_LABELS})\b[ \t]*:?[ \t]*\d+(?!\w|\.\d)"),
+        _DIGIT,
     ),
 )
 
@@ -332,14 +372,44 @@ def extract_facts(
     `max_chars` bounds the facts' text, not counting the appendix's headings and bullets.
     Raises ValueError when a bound is negative.
     """
+    return ledger_of([ranked_facts(m) for m in messages], max_facts=max_facts, max_chars=max_chars)
+
+
+def ranked_facts(message: Message) -> tuple[Ranked, ...]:
+    """The facts of one message, each once, in first-seen order, with their rank: what
+    `ledger_of` makes a ledger of. Depends on the message alone, so a caller may find it
+    once per message and keep it (`proxy.core.mentions`)."""
+    return tuple(_first_seen(_found([message])))
+
+
+def ledger_of(
+    ranked: Iterable[Iterable[Ranked]], *, max_facts: int = 200, max_chars: int = 6000
+) -> tuple[Fact, ...]:
+    """`extract_facts` of messages whose `ranked_facts` are `ranked` (in their order).
+
+    Raises ValueError when a bound is negative.
+    """
     if max_facts < 0 or max_chars < 0:
         raise ValueError(f"ledger bounds must not be negative: {max_facts=}, {max_chars=}")
-    return _bounded(_first_seen(_found(messages)), max_facts, max_chars)
+    # Deduplicating each message's facts first, then all of them, keeps what deduplicating
+    # all at once keeps: each fact where it first appeared, at its best rank.
+    return _bounded(_first_seen(itertools.chain.from_iterable(ranked)), max_facts, max_chars)
 
 
 def find_specifics(source: str) -> list[Fact]:
     """The facts the fixed patterns find in one text (no constraints), in order, repeats kept."""
-    return [fact for _, fact in sorted(_pattern_facts(source), key=lambda found: found[0])]
+    return [fact for _, fact in specifics_at(source)]
+
+
+def specifics_at(source: str, kinds: Collection[FactKind] | None = None) -> list[tuple[int, Fact]]:
+    """`find_specifics` with where each fact starts in `source`, only `kinds` if given."""
+    if kinds is None:
+        return sorted(_pattern_facts(source, _RULES), key=lambda found: found[0])
+    # A rule takes spans only from the rules after it: those after the last rule of a wanted
+    # kind cannot change what is found, and are not tried.
+    last = max((i + 1 for i, rule in enumerate(_RULES) if rule.kind in kinds), default=0)
+    found = [item for item in _pattern_facts(source, _RULES[:last]) if item[1].kind in kinds]
+    return sorted(found, key=lambda item: item[0])
 
 
 def missing_facts(facts: Iterable[Fact], summary: str) -> tuple[Fact, ...]:
@@ -379,11 +449,11 @@ def _found(messages: Sequence[Message]) -> Iterator[tuple[int, Fact]]:
     for message in messages:
         speaker = role(message)
         rank = _RANKS.get(speaker, _TOOL_RANK)
-        for source in _texts(message):
+        for source in texts_of(message):
             yield from _found_in(source, rank, user_side=speaker in _USER_SIDE)
 
 
-def _texts(message: Message) -> Iterator[str]:
+def texts_of(message: Message) -> Iterator[str]:
     """What a message says: its text, then the strings inside its calls' arguments."""
     yield text(message)
     functions = [call.get("function") for call in tool_calls(message)]
@@ -443,10 +513,12 @@ def _is_constraint(sentence: str) -> bool:
     )
 
 
-def _pattern_facts(source: str) -> Iterator[tuple[int, Fact]]:
+def _pattern_facts(source: str, rules: Sequence[_Rule] = _RULES) -> Iterator[tuple[int, Fact]]:
     """(start, fact) for each span a rule matches, each span claimed by the first rule."""
     claimed = bytearray(len(source))
-    for rule in _RULES:
+    for rule in rules:
+        if rule.needs.search(source) is None:
+            continue
         for match in rule.pattern.finditer(source):
             found = _trim_end(match.group())
             start, end = match.start(), match.start() + len(found)

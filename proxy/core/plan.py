@@ -16,10 +16,11 @@ Budgets are shares of the usable input U (`proxy.core.budget`): compaction start
 prompt passes `compression_trigger` x U and lands at or below `compaction_target` x U, so the
 new prefix lasts many requests (the gap between the two is what makes compactions rare). The
 compaction block, the one message standing for what was removed, has allowances that scale
-with U: the ledger of the user's own words, the summary (capped by `summary_max_tokens`) and
-the facts the summary lost. The recent window, kept whole, gets what the target leaves after
-the instructions, the tools, the pinned task and the block: at most `keep_recent` messages,
-whole units only (a tool call with all its results), the newest unit always.
+with U: the ledger of the user's own words, the artifact trail (what removed tool results
+and calls mentioned), the summary (capped by `summary_max_tokens`) and the facts the summary
+lost. The recent window, kept whole, gets what the target leaves after the instructions, the
+tools, the pinned task and the block: at most `keep_recent` messages, whole units only (a tool
+call with all its results), the newest unit always.
 
 The strategy's layers run cheapest first and stop at the target:
 
@@ -35,10 +36,18 @@ turns older than the budget first shrink to their question and answer.
 Landing: when the strategy's layers leave the conversation above the target, a fixed order of
 reductions follows, each only while it is still above: clear old tool results, truncate
 everything before the recent window, let the pinned task go (its words go to the ledger), cut
-the newest unit's tool results to head and tail. Last, and only to fit the usable input,
-never just to reach the target, the text of the newest messages is cut. The result names
+the recent window's tool results to head and tail (the oldest first), let the running turn's
+oldest rounds go. Last, and only to fit the usable input, never just to reach the target, the
+text of the newest messages is cut.
+
+The recent window never starts inside the running turn (from the last user message on) while
+anything older can go, and always holds the tool exchange that message follows (the result
+the user asks about): the newest results are cut to head and tail, never cleared or dropped,
+and the user message that started the running turn is forwarded in place. The result names
 every step it took. Whatever a user (or a late instruction) said and a step removed is carried
-verbatim in the block's ledger (`proxy.core.statements`).
+verbatim in the block's ledger (`proxy.core.statements`); the ids, paths, versions and errors
+the removed tool results and calls mentioned, in its artifact trail (`proxy.core.artifacts`),
+whatever the summary. What a message mentions is found once (`proxy.core.mentions`).
 """
 
 from __future__ import annotations
@@ -48,24 +57,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from proxy.core import artifacts
 from proxy.core import statements as ledger
 from proxy.core.budget import Budget
-from proxy.core.ledger import appendix, extract_facts, missing_facts
+from proxy.core.ledger import appendix, ledger_of, missing_facts
+from proxy.core.mentions import Mentions
 from proxy.core.messages import Message, is_instruction, role, tool_call_name
 from proxy.core.policy import ContextPolicy
 from proxy.core.prepared import span_keys
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
 from proxy.core.summary import (
+    Prefix,
     detach_notes,
     marker,
     note_digest,
     note_of,
     offered_tools,
+    prefix_fields,
+    stands_for,
     summary_request,
     summary_text,
 )
 from proxy.core.tool_results import (
+    NOTE_ALLOWANCE,
     clear,
     is_cleared,
     is_tool_result,
@@ -81,12 +96,16 @@ _NOTE_OVERHEAD = 48
 # The smallest allowances, for tiny windows: a ledger of a few rules, a summary of a few lines.
 LEDGER_FLOOR = 256
 SUMMARY_FLOOR = 128
+# The artifact trail's share of the usable input, and its floor for small windows: room for
+# a dozen names (a build id, a checksum, the files touched) whatever the window.
+ARTIFACTS_SHARE = 0.03
+ARTIFACTS_FLOOR = 192
 # A trimmed message keeps at least this many tokens: less than that is all note and no text.
 _MIN_CUT = 64
 _CUT_ATTEMPTS = 4
 # Steps that finish a landing; the strategy reported is the last step that is not one (or
 # "summarize", when a summary stands in the result).
-_FINISHING = frozenset({"release_task", "trim_recent", "cap_recent"})
+_FINISHING = frozenset({"release_task", "trim_recent", "release_running", "cap_recent"})
 
 
 class Counter(Protocol):
@@ -132,6 +151,8 @@ class Allowances:
     summary: int
     facts: int
     """The appendix of facts the summary lost."""
+    artifacts: int
+    """The artifact trail: what removed tool results and calls mentioned."""
 
     @classmethod
     def of(cls, budget: Budget, policy: ContextPolicy) -> Allowances:
@@ -141,8 +162,9 @@ class Allowances:
         summary = min(
             policy.summary_max_tokens, max(SUMMARY_FLOOR, int(limit * policy.summary_share))
         )
+        trail = max(min(ARTIFACTS_FLOOR, limit // 8), int(limit * ARTIFACTS_SHARE))
         target = budget.tokens_at(policy.compaction_target)
-        return cls(target, limit, ledger_size, summary, summary // 2)
+        return cls(target, limit, ledger_size, summary, summary // 2, trail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +185,8 @@ class Compacted:
     """Every reduction used, in order (the strategy is "summarize" when one of them is, else
     the last one that is not a finish)."""
     note: str | None = None
-    """The compaction block's text (its ledger apart), as the next compaction finds it."""
+    """The compaction block's text (its ledger and trail apart), as the next compaction finds
+    it."""
     dropped: SummaryTask | None = None
     """What the compaction removed with no summary covering it, as a summary to write later
     (folded into the next compaction under `note`'s key)."""
@@ -190,6 +213,10 @@ class SummaryTask:
     """The span key through each message of `span` in its conversation (`NeedsSummary.keys`):
     a summary found under one covers `span` up to that message (and `previous` with it).
     Empty when the span is not one a compaction was asked to summarize."""
+    prefix: Prefix | None = None
+    """The conversation as it was forwarded through the span's end (`NeedsSummary.prefix`),
+    for a summary request the provider's cache serves; None when it is not known. A task
+    `after` a summary of the span's start keeps it: the span still ends there."""
 
     def after(self, count: int, previous: str) -> SummaryTask:
         """The task left when a summary (`previous`) covers the first `count` messages."""
@@ -228,6 +255,34 @@ class NeedsSummary:
         """The key of each prefix of the span, shortest first (`proxy.core.prepared`)."""
         return span_keys(self.anchor, self.span)
 
+    @property
+    def max_tokens(self) -> int:
+        """The summary's allowance."""
+        return self._eviction.work.allowances.summary
+
+    @property
+    def prefix(self) -> Prefix | None:
+        """The conversation as the plan was given it (as it was forwarded) through the span's
+        end: what the provider's prompt cache holds, for a summary request it serves.
+
+        The span was cut from the plan's own copy, where trimmed and cleared results keep
+        their places: the span's end is the same index in both. None when an earlier step
+        removed messages (old turns shrunk to their question and answer): it is not then.
+        """
+        eviction = self._eviction
+        work = eviction.work
+        given = work.situation.messages
+        if [role(m) for m in eviction.messages] != [role(m) for m in given]:
+            return None
+        messages = tuple(given[: eviction.stop])
+        body = work.situation.body
+        return Prefix(
+            prefix_fields(body),
+            messages,
+            work.counter.messages(messages) + work.counter.tools(body),
+            after_task=any(not is_instruction(m) for m in messages[: eviction.start]),
+        )
+
     def task(self, covered: int = 0, previous: str | None = None) -> SummaryTask:
         """The summary to write of the span after its first `covered` messages, folding in
         `previous` (the summary of those) or, with none covered, the earlier summary."""
@@ -238,6 +293,7 @@ class NeedsSummary:
             _model(work.situation.body),
             work.allowances.summary,
             tuple(offered_tools(work.situation.body)),
+            prefix=self.prefix,
         )
 
     def request_for(self, part: Sequence[Message], previous: str | None) -> dict[str, Any]:
@@ -271,17 +327,19 @@ class NeedsSummary:
         ]
         if self.previous:
             sources.insert(0, {"role": "assistant", "content": self.previous})
-        checked = _with_lost_facts(clipped, sources, kept, work)
+        # What the ledger or the trail lists, the appendix need not list again.
+        trail = eviction.trail()
+        checked = _with_lost_facts(clipped, sources, [*(s.text for s in kept), *trail], work)
         tools = offered_tools(work.situation.body)
-        note = summary_text(checked, condensed=len(eviction.evicted), tools=tools)
-        eviction.apply(note, "summarize", kept)
+        note = summary_text(checked, condensed=eviction.condensed, tools=tools)
+        eviction.apply(note, "summarize", kept, trail)
         _land(work)
         return self._finished()
 
     def fallback(self) -> Compacted:
         """The conversation truncated instead (no summary of the span is at hand)."""
         eviction = self._eviction
-        eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+        eviction.apply(marker(eviction.condensed, eviction.previous), "truncate")
         _land(eviction.work)
         return self._finished()
 
@@ -293,14 +351,20 @@ class NeedsSummary:
         if dropped is None or self.span[len(self.span) - len(dropped.span) :] != dropped.span:
             return result
         keys = tuple(self.keys[len(self.span) - len(dropped.span) :])
-        return replace(result, dropped=replace(dropped, keys=keys))
+        return replace(result, dropped=replace(dropped, keys=keys, prefix=self.prefix))
 
 
 Plan = Unchanged | Compacted | NeedsSummary
 
 
-def plan_compaction(situation: Situation, counter: Counter) -> Plan:
-    """Decide what to forward for `situation`."""
+def plan_compaction(
+    situation: Situation, counter: Counter, mentions: Mentions | None = None
+) -> Plan:
+    """Decide what to forward for `situation`.
+
+    `mentions` remembers what each message mentions across plans (the service keeps one for
+    the life of the process); without it the plan finds each message's once, for itself.
+    """
     tokens = counter.messages(situation.messages) + counter.tools(situation.body)
     if not is_well_formed(group_units(situation.messages)):
         # Malformed input is the client's to fix: forwarded as sent, never silently repaired.
@@ -309,13 +373,17 @@ def plan_compaction(situation: Situation, counter: Counter) -> Plan:
     if reason is not None:
         return Unchanged(reason, tokens)
     # Only now the work that reads the whole conversation (its statements, its pins).
-    work = _Work(situation, counter, list(situation.messages))
+    work = _Work(situation, counter, list(situation.messages), _mentions(mentions))
     for layer in _LAYERS[situation.policy.strategy]:
         outcome = layer(work)
         if outcome is not None:
             return outcome
     _land(work)
     return work.result() if work.steps else Unchanged("nothing_to_remove", work.before)
+
+
+def _mentions(mentions: Mentions | None) -> Mentions:
+    return Mentions() if mentions is None else mentions
 
 
 def _reason_to_wait(situation: Situation, tokens: int) -> str | None:
@@ -341,6 +409,7 @@ class _Work:
     situation: Situation
     counter: Counter
     messages: list[Message]
+    mentions: Mentions = field(default_factory=Mentions)
     steps: list[str] = field(default_factory=list)
     before: int = 0
     tools: int = 0
@@ -348,17 +417,22 @@ class _Work:
     ledger_budget: int = 0
     """The ledger's budget: what the ledger of everything that could leave costs, within
     the allowance (a conversation whose user said little keeps a bigger recent window)."""
+    trail_budget: int = 0
+    """The artifact trail's budget: what the trail of everything that could leave costs,
+    within the allowance (like the ledger's)."""
     block_budget: int = 0
     """The most the compaction block of this conversation can take."""
     units: tuple[Unit, ...] = ()
     pins: Pins = field(init=False)
     pin_task: bool = True
+    keep_running: bool = True
+    """Whether the running turn stays whole (until a landing lets it be cut too)."""
     target_override: int | None = None
     """A fixed token target (the emergency plan's) instead of `compaction_target`'s."""
     summarizes: bool | None = None
     """Whether a summary may be written (None: as the strategy says)."""
     note: str | None = None
-    """The newest compaction block's text (its ledger apart)."""
+    """The newest compaction block's text (its ledger and trail apart)."""
     dropped: list[Message] = field(default_factory=list)
     """What truncations removed, oldest first, and the note before the first of them."""
     dropped_after: str | None = None
@@ -378,6 +452,7 @@ class _Work:
         """Size the compaction block of this conversation within the allowances."""
         allowances, count = self.allowances, self.counter.text
         earlier: list[Statement] = []
+        carried: list[str] = []
         said: list[Message] = []
         summary = 0
         for message in self.messages:
@@ -385,19 +460,31 @@ class _Work:
             restored, notes = self.detach_notes(message)
             for note in [standalone] if standalone is not None else notes:
                 without, statements = ledger.without_ledger(note)
+                without, trail = artifacts.without_trail(without)
                 earlier, summary = ledger.merged(earlier, statements), count(without)
+                carried = artifacts.merged(trail, carried)
             if standalone is None:
                 said.append(restored)
         everything = ledger.merged(earlier, ledger.statements_of(said))
         chosen = ledger.selected(everything, allowances.ledger, count)
         self.ledger_budget = ledger.cost(chosen, count)
+        whole = self.trail_of(said, carried, allowances.artifacts)
+        self.trail_budget = artifacts.cost(whole, count)
         summarizes = self.summarizes
         if summarizes is None:
             summarizes = self.situation.policy.strategy in ("auto", "summarize")
         if summarizes:
             tools = offered_tools(self.situation.body)
             summary = max(summary, allowances.summary + allowances.facts + count(", ".join(tools)))
-        self.block_budget = self.ledger_budget + summary + _NOTE_OVERHEAD
+        self.block_budget = self.ledger_budget + self.trail_budget + summary + _NOTE_OVERHEAD
+
+    def trail_of(
+        self, removed: Sequence[Message], carried: Sequence[str], budget: int
+    ) -> list[str]:
+        """The artifact trail of a block standing for `removed` and for earlier blocks whose
+        trail was `carried`: the names of the newest removed message first, within `budget`."""
+        names = [name for message in reversed(removed) for name in self.mentions.names(message)]
+        return artifacts.selected(artifacts.merged(names, carried), budget, self.counter.text)
 
     def note_of(self, message: Message) -> str | None:
         """The note `message` stands for, if it is one the proxy wrote (see `notes`)."""
@@ -428,7 +515,7 @@ class _Work:
         self.pins = self._pins(recent_tokens=self.recent_allowance())
 
     def _pins(self, *, recent_tokens: int | None) -> Pins:
-        return pins(
+        found = pins(
             self.messages,
             self.units,
             keep_recent=self.situation.policy.keep_recent,
@@ -436,6 +523,7 @@ class _Work:
             recent_tokens=recent_tokens,
             count=self.counter.message,
         )
+        return found.protecting(running=self.keep_running)
 
     def recent_allowance(self) -> int:
         """What the target leaves the recent window: the target less the instructions, the
@@ -547,7 +635,8 @@ def _clear_layer(work: _Work) -> Plan | None:
         message = messages[index]
         if is_tool_result(message) and not is_cleared(message):
             tokens = work.counter.message(message)
-            placeholder = clear(message, work.tool_name(index), tokens)
+            names = work.mentions.names(message)  # found once per result, not per clearing
+            placeholder = clear(message, work.tool_name(index), tokens, names)
             if work.counter.message(placeholder) < tokens:  # a short result stays whole
                 messages[index] = placeholder
     work.update(messages, "clear_tool_results")
@@ -575,7 +664,7 @@ def _truncate_layer(work: _Work) -> Plan | None:
     eviction = _Eviction.find(work, deep=work.situation.force, note_tokens=_NOTE_OVERHEAD)
     if eviction is None:
         return None
-    eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+    eviction.apply(marker(eviction.condensed, eviction.previous), "truncate")
     return work.outcome()
 
 
@@ -598,7 +687,8 @@ def _model(body: Mapping[str, Any]) -> str | None:
 def _land(work: _Work) -> None:
     """Bring `work` to its target by the fixed order of reductions, each only while it is
     still above, as far as that is possible."""
-    for step in (_clear_rest, _truncate_rest, _release_task, _trim_recent, _cap_recent):
+    steps = (_clear_rest, _truncate_rest, _release_task, _trim_recent, _release_running)
+    for step in (*steps, _cap_recent):
         if work.done():
             return
         step(work)
@@ -628,19 +718,72 @@ def _evict_everything(work: _Work) -> bool:
     if eviction is None:
         return False
     steps = len(work.steps)
-    eviction.apply(marker(len(eviction.evicted), eviction.previous), "truncate")
+    eviction.apply(marker(eviction.condensed, eviction.previous), "truncate")
     return len(work.steps) > steps
 
 
-def _trim_recent(work: _Work) -> None:
-    """Cut the newest unit's tool results to head and tail until the target is reached (or,
-    when the rest alone is over the target, until the conversation fits)."""
-    if not work.units:  # no message (instructions only, or none): no unit to cut
+def _release_running(work: _Work) -> None:
+    """With nothing older left to go and its results cut, a running turn still over the target
+    is windowed like the rest: its oldest rounds go (its user's words to the ledger)."""
+    if work.pins.running is None:
         return
-    unit = work.units[-1]
-    results = [i for i in unit.indices() if is_tool_result(work.messages[i])]
+    work.keep_running = False
+    work.regroup()
+    if _evict_everything(work):
+        work.steps.append("release_running")
+
+
+def _trim_recent(work: _Work) -> None:
+    """Cut the recent window's tool results (the running turn's, the one the user asks about)
+    to head and tail, the oldest first, until the target is reached: the newest results are
+    cut, never cleared or dropped."""
+    start = min(work.pins.recent, len(work.messages))
+    results = [i for i in range(start, len(work.messages)) if _worth_cutting(work, i)]
     if results:
-        _shrink(work, results, "trim_recent", work.target)
+        _cut_oldest_first(work, results, "trim_recent", work.target)
+
+
+def _worth_cutting(work: _Work, index: int) -> bool:
+    """Whether message `index` is a tool result a cut would make smaller by more than its
+    note: one hardly bigger than a cut's note and least text stays whole."""
+    message = work.messages[index]
+    return is_tool_result(message) and work.counter.message(message) > NOTE_ALLOWANCE + 2 * _MIN_CUT
+
+
+def _cut_oldest_first(work: _Work, indices: list[int], step: str, goal: int) -> None:
+    """Cut messages `indices` to head and tail, the oldest first and each only as far as
+    `goal` still needs: the newest result is the last to be cut. Short of the goal with all
+    of them cut, the conversation lands as low as cutting takes it (landing just under the
+    usable input would leave it over the trigger, to be compacted again on the next turn)."""
+    count = work.counter.message
+    total = work.total()
+    messages = list(work.messages)
+    for index in indices:
+        tokens = count(messages[index])
+        wanted = tokens - (total - goal)
+        if total <= goal or tokens <= max(wanted, _MIN_CUT):
+            continue
+        cut = _cut_to(work, index, max(wanted, _MIN_CUT))
+        saved = tokens - count(cut)
+        # A cut barely under its note's size can come out no smaller: the message stays whole.
+        messages[index] = cut if saved > 0 else messages[index]
+        total -= max(saved, 0)
+    work.update(messages, step)
+
+
+def _cut_to(work: _Work, index: int, size: int) -> Message:
+    """Message `index` cut to head and tail at about `size` tokens: a cut lands near its
+    size, not on it (characters per token vary along a text), so one that overshoots is
+    made again from the original, smaller by the overshoot."""
+    original, cap, attempts = work.messages[index], size, 1
+    name = work.tool_name(index)
+    cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name)
+    over = work.counter.message(cut) - size
+    while over > 0 and cap > _MIN_CUT and attempts < _CUT_ATTEMPTS:
+        cap, attempts = max(cap - over, _MIN_CUT), attempts + 1
+        cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name)
+        over = work.counter.message(cut) - size
+    return cut
 
 
 def _cap_recent(work: _Work) -> None:
@@ -649,7 +792,7 @@ def _cap_recent(work: _Work) -> None:
     goal = work.target if work.target_override is not None else work.allowances.limit
     indices = [i for i in range(work.pins.recent, len(work.messages)) if _cappable(work, i)]
     if indices and work.total() > goal:
-        _shrink(work, indices, "cap_recent", goal)
+        _cut_oldest_first(work, indices, "cap_recent", goal)
 
 
 def _cappable(work: _Work, index: int) -> bool:
@@ -662,31 +805,6 @@ def _cappable(work: _Work, index: int) -> bool:
     )
 
 
-def _shrink(work: _Work, indices: list[int], step: str, goal: int) -> None:
-    """Cut messages `indices` to head and tail, sharing what `goal` leaves them equally (or
-    what fitting the usable input leaves, when the rest alone is over `goal`). A cut lands
-    near its size, not on it (characters per token vary along a text): a cut that overshoots
-    is made again from the original, smaller by the overshoot."""
-    originals = [work.messages[i] for i in indices]
-    own = sum(work.counter.message(m) for m in originals)
-    rest = work.total() - own
-    room = goal - rest if goal > rest else work.allowances.limit - rest
-    for _ in range(_CUT_ATTEMPTS):
-        cap = max(room // len(indices), _MIN_CUT)
-        messages = list(work.messages)
-        for index, original in zip(indices, originals, strict=True):
-            tokens = work.counter.message(original)
-            name = work.tool_name(index)
-            cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name)
-            if tokens > cap and work.counter.message(cut) < tokens:
-                messages[index] = cut
-        over = sum(work.counter.message(messages[i]) for i in indices) - room
-        if over <= 0 or cap == _MIN_CUT:
-            break
-        room -= over
-    work.update(messages, step)
-
-
 # --- Eviction --------------------------------------------------------------------------------
 
 
@@ -697,7 +815,8 @@ class _Eviction:
     The span starts after the leading instructions and the pinned task and never reaches
     into the recent window. An earlier note, standalone in the span or merged into a user
     message, is taken out and folded into the new one instead of piling up: its summary
-    becomes the previous summary, its ledger the start of the new ledger.
+    becomes the previous summary, its ledger the start of the new ledger, its artifact trail
+    the end of the new trail.
     """
 
     work: _Work
@@ -709,6 +828,16 @@ class _Eviction:
     """The ledger of the earlier note."""
     task: Message | None
     """The task message when the span holds it (its words rank as the task's)."""
+    represented: int = 0
+    """How many of the client's messages the earlier notes stood for."""
+    carried: tuple[str, ...] = ()
+    """The artifact trail of the earlier notes."""
+
+    @property
+    def condensed(self) -> int:
+        """How many of the client's messages the new note stands for: the span's, and those
+        the earlier notes it folds stood for (through every chained checkpoint)."""
+        return len(self.evicted) + self.represented
 
     @property
     def evicted(self) -> tuple[Message, ...]:
@@ -721,7 +850,7 @@ class _Eviction:
         """The span to evict: everything before the recent window when `deep`, else just
         enough to bring `work` to its target. None when there is nothing to evict, or when
         the span frees no more than `note_tokens` (the note would cost what it saves)."""
-        messages, previous, earlier = _detached(work)
+        messages, previous, earlier, represented, carried = _detached(work)
         floor = work.pins.head
         # The span starts after the pinned task, unless the task is in the recent window
         # (when the conversation's only real user message is its newest).
@@ -751,7 +880,9 @@ class _Eviction:
         users = (i for i in range(work.pins.head, len(messages)) if role(messages[i]) == "user")
         first = next(users, None)
         task = messages[first] if first is not None and start <= first < stop else None
-        eviction = cls(work, messages, start, stop, previous, tuple(earlier), task)
+        eviction = cls(
+            work, messages, start, stop, previous, tuple(earlier), task, represented, carried
+        )
         # Only notes of earlier compactions to evict: nothing new to gain, and replacing a note
         # with a note would change the prefix for nothing.
         return eviction if eviction.evicted else None
@@ -774,9 +905,21 @@ class _Eviction:
         everything = ledger.merged(self.earlier, said)
         return ledger.selected(everything, work.ledger_budget, work.counter.text)
 
-    def apply(self, note: str, step: str, kept: list[Statement] | None = None) -> None:
-        """Replace the span with `note` and the ledger (`kept`, or this span's own)."""
-        block = ledger.with_ledger(note, self.ledger() if kept is None else kept)
+    def trail(self) -> list[str]:
+        """The new note's artifact trail: what the span mentioned, then the earlier one."""
+        return self.work.trail_of(self.evicted, self.carried, self.work.trail_budget)
+
+    def apply(
+        self,
+        note: str,
+        step: str,
+        kept: list[Statement] | None = None,
+        trail: list[str] | None = None,
+    ) -> None:
+        """Replace the span with `note`, the ledger (`kept`, or this span's own) and the
+        artifact trail (`trail`, or this span's own)."""
+        noted = artifacts.with_trail(note, self.trail() if trail is None else trail)
+        block = ledger.with_ledger(noted, self.ledger() if kept is None else kept)
         self.work.notes.add(note_digest(block))
         reduced = [*self.messages[: self.start], *self.messages[self.stop :]]
         messages = splice(reduced, self.start, self.start, block).messages
@@ -795,7 +938,7 @@ class _Eviction:
 def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens: int) -> int:
     """How many of the oldest candidate units to take to bring `work` to its target."""
     need = work.counter.messages(messages) + work.tools - work.target + note_tokens
-    need += work.ledger_budget
+    need += work.ledger_budget + work.trail_budget
     taken, freed = 0, 0
     while taken < len(sizes) and freed < need:
         freed += sizes[taken]
@@ -803,10 +946,13 @@ def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens:
     return max(taken, 1)
 
 
-def _detached(work: _Work) -> tuple[list[Message], str | None, list[Statement]]:
+def _detached(
+    work: _Work,
+) -> tuple[list[Message], str | None, list[Statement], int, tuple[str, ...]]:
     """`work.messages` with every note merged into a user message taken out (wherever it
-    stands: the new note carries them all, so no message ever holds two), and the newest
-    earlier note's summary part (or marker) with the ledgers of all of them."""
+    stands: the new note carries them all, so no message ever holds two), the newest
+    earlier note's summary part (or marker) with the ledgers of all of them, how many
+    messages they stood for, and their artifact trails (the newest note's first)."""
     messages = list(work.messages)
     found: list[str] = []
     for index in range(work.pins.head, len(messages)):
@@ -818,11 +964,15 @@ def _detached(work: _Work) -> tuple[list[Message], str | None, list[Statement]]:
         messages[index], merged_notes = work.detach_notes(messages[index])
         found += merged_notes
     earlier: list[Statement] = []
+    carried: list[str] = []
     previous = None
     for note in found:
         previous, statements = ledger.without_ledger(note)
+        previous, trail = artifacts.without_trail(previous)
         earlier = ledger.merged(earlier, statements)
-    return messages, previous, earlier
+        carried = artifacts.merged(trail, carried)
+    represented = sum(stands_for(note) for note in found)
+    return messages, previous, earlier, represented, tuple(carried)
 
 
 def _given_back(
@@ -872,15 +1022,19 @@ def _clipped(summary: str, allowance: int, count: Callable[[str], int]) -> str:
 
 
 def _with_lost_facts(
-    summary: str, sources: list[Message], kept: list[Statement], work: _Work
+    summary: str, sources: list[Message], known: Sequence[str], work: _Work
 ) -> str:
-    """`summary` with the span's facts that neither it nor the ledger states appended
-    verbatim, within the facts allowance (the best-ranked facts first)."""
+    """`summary` with the span's facts that neither it nor the rest of the block (`known`:
+    the ledger's statements, the trail's names) states appended verbatim, within the facts
+    allowance (the best-ranked facts first)."""
     allowance, count = work.allowances.facts, work.counter.text
-    stated = "\n".join([summary, *(s.text for s in kept)])
+    stated = "\n".join([summary, *known])
+    # Each message's facts are found once (and remembered across compactions); only the
+    # bounding is done again for each smaller appendix tried.
+    ranked = [work.mentions.facts(message) for message in sources]
     chars = allowance * 4
     while True:
-        lost = missing_facts(extract_facts(sources, max_chars=chars), stated)
+        lost = missing_facts(ledger_of(ranked, max_chars=chars), stated)
         text = appendix(lost)
         if count(text) <= allowance or chars == 0:
             break
@@ -893,7 +1047,11 @@ def _with_lost_facts(
 
 
 def plan_emergency(
-    situation: Situation, counter: Counter, *, stated_limit: int | None = None
+    situation: Situation,
+    counter: Counter,
+    *,
+    stated_limit: int | None = None,
+    mentions: Mentions | None = None,
 ) -> Compacted | Unchanged:
     """Compact hard, with no LLM call, after the provider said the request overflowed.
 
@@ -901,10 +1059,11 @@ def plan_emergency(
     old tool results and truncates, until the request is at most half the size of the
     rejected one, and fits the limit the error stated if it stated one. `Unchanged` when
     nothing could be removed: the service then returns the provider's error as it came.
+    `mentions` as for `plan_compaction`.
     """
     policy = situation.policy.replace(keep_recent=situation.policy.keep_recent // 2)
     hard = replace(situation, policy=policy, turns_since_compaction=None, force=True)
-    work = _Work(hard, counter, list(situation.messages), summarizes=False)
+    work = _Work(hard, counter, list(situation.messages), _mentions(mentions), summarizes=False)
     if not is_well_formed(work.units):
         return Unchanged("malformed", work.before)
     work.target_override = _emergency_target(work, stated_limit)
@@ -913,6 +1072,11 @@ def plan_emergency(
     # that target as of the usual one, or the ledger alone could push the retry over.
     scaled = int(work.target * situation.policy.ledger_share / situation.policy.compaction_target)
     work.allowances = replace(work.allowances, ledger=min(work.allowances.ledger, scaled))
+    # The trail too, with its floor (at most an eighth of the target): it is the only carrier
+    # of what the removed tool results said.
+    share = int(work.target * ARTIFACTS_SHARE / situation.policy.compaction_target)
+    trail = max(min(ARTIFACTS_FLOOR, work.target // 8), share)
+    work.allowances = replace(work.allowances, artifacts=min(work.allowances.artifacts, trail))
     work.size_block()
     work.regroup()
     budget = situation.budget

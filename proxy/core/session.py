@@ -147,6 +147,11 @@ class CompactionRecord:
     summarizer_tokens: int = 0
     steps: tuple[str, ...] = ()
     """Every reduction the compaction used, in order (see `proxy.core.plan`)."""
+    summarizer_input_tokens: int = 0
+    """The prompt tokens of the summaries it used, as the summarizer reported them."""
+    summarizer_cached_tokens: int = 0
+    """Of those, the ones the summarizer's prompt cache served (a summary asked as the
+    conversation's own prefix reads most of its input from there)."""
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "steps": list(self.steps)}

@@ -1,11 +1,22 @@
 """The summary layer's texts: the request to the summarizer, and the message that replaces
 the condensed turns.
 
-The summarizer (the "summary brain": the same upstream by default, or a cheaper model) gets
-the evicted span as a plain transcript, never as chat messages: replayed as messages, tool
-calls would have to stay valid for its template, and the model might answer the conversation
-instead of summarizing it. The summary is rolling: a previous summary inside the span is
-folded into the new one instead of being summarized as if it were dialogue.
+The summarizer (the "summary brain": the same upstream by default, or a cheaper model) is
+asked in one of two forms:
+
+- the prefix form (`prefix_request`), when the brain is the conversation's own model and
+  upstream: the conversation exactly as it was last forwarded, through the end of the span,
+  then one user message asking for the summary. The provider has just cached that prefix
+  (as the conversation's), so it bills the summary's input mostly as cached tokens: coding
+  agents that summarize this way read 87-92 % of it from the cache;
+- the transcript form (`summary_request`): the span as plain text in a fresh prompt, for a
+  brain of its own (another model or server caches none of the conversation), for a span
+  summarized in parts, and when the prefix form is refused (a strict template). A plain
+  transcript needs no valid tool-call pairing, and the model cannot mistake it for a
+  conversation to answer.
+
+The summary is rolling: a previous summary inside the span is folded into the new one
+instead of being summarized as if it were dialogue.
 
 The summary message that goes into the conversation says what it is (earlier turns were
 condensed; nothing was lost on purpose) and carries the "context reminder": the tools the
@@ -16,10 +27,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.digests import digest
-from proxy.core.messages import Message, role, text, tool_calls
+from proxy.core.messages import Message, has_function_call, role, text, tool_calls
 
 SUMMARY_PREFIX = "[Earlier turns of this conversation were condensed"
 
@@ -80,6 +92,20 @@ def _summary_part(note: str | None) -> str | None:
     if note is None or SUMMARY_PREFIX not in note:
         return None
     return note[note.index(SUMMARY_PREFIX) :]
+
+
+# The count a note opens with: "[12 earlier messages omitted]", or a summary's header
+# ("...condensed: 12 messages were replaced by this summary...").
+_COUNT = re.compile(
+    r"\[(\d+) earlier messages omitted\]|\[Earlier turns of this conversation were "
+    r"condensed: (\d+) messages were replaced"
+)
+
+
+def stands_for(note: str) -> int:
+    """How many of the client's messages `note` (one the proxy wrote) stands for."""
+    found = _COUNT.match(note)
+    return int(found[1] or found[2]) if found is not None else 0
 
 
 def opening_note(note: str) -> str:
@@ -203,7 +229,7 @@ def summary_request(
     transcript = "\n\n".join(render(m) for m in span)
     parts = []
     if previous:
-        parts.append("The summary of the turns before these, to fold into yours:\n\n" + previous)
+        parts.append(FOLD_IN + previous)
     parts.append("The turns to summarize:\n\n" + transcript)
     sections = "\n".join(f"## {name}" for name in SECTIONS)
     body: dict[str, Any] = {
@@ -220,6 +246,91 @@ def summary_request(
     if model:
         body["model"] = model
     return body
+
+
+# The request fields that shape the prompt a provider caches, besides the messages: the model
+# (each has its own cache), the tools (rendered ahead of the messages) and OpenAI's routing
+# hint for its cache. The others are the summary's own (no stream, its own `max_tokens`, no
+# tool calls), and `response_format` too: a summary is text under headings, whatever
+# structured output the conversation asks for.
+_PREFIX_FIELDS = ("model", "tools", "functions", "prompt_cache_key")
+
+# What the closing message says of the span and of the earlier summary; the mock provider
+# reads both to find the turns to summarize (`proxy.mock_upstream.summarizer`).
+AFTER_TASK = (
+    "Summarize the conversation above after its first user message, which stays in place as it is."
+)
+WHOLE = "Summarize the conversation above."
+FOLD_IN = "The summary of the turns before these, to fold into yours:\n\n"
+_CLOSING = (
+    "{instructions}\n\n{scope} Answer with the summary alone: call no tool, and do not "
+    "continue the conversation."
+)
+# Put between a conversation that ends on the user's turn and the closing user message: two
+# user turns in a row are refused by strict chat templates (Mistral's), and what comes after
+# the cached prefix costs the cache nothing.
+_PAUSE = "(The conversation pauses here to be condensed.)"
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """A conversation as it was last forwarded, through the end of a span to summarize: what
+    the provider's prompt cache holds of it."""
+
+    fields: Mapping[str, Any]
+    """The request's fields that shape the cached prompt (`prefix_fields`)."""
+    messages: tuple[Message, ...]
+    tokens: int
+    """Our count of `messages` and the tools."""
+    after_task: bool
+    """Whether the span follows a message that stays (the pinned task), not just the
+    instructions."""
+
+
+def prefix_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a request `body` that its prompt's cached prefix depends on."""
+    return {name: body[name] for name in _PREFIX_FIELDS if name in body}
+
+
+def prefix_request(prefix: Prefix, *, previous: str | None, max_tokens: int) -> dict[str, Any]:
+    """The summary request in the prefix form: `prefix` as it was forwarded, then one user
+    message asking for the summary (folding in `previous`), with no tool call allowed.
+
+    `tool_choice` (or the legacy `function_call`) is "none" rather than the tools left out:
+    the tools are part of the cached prefix, which the choice of tool is not. A prefix that
+    ends on the user's turn gets a short assistant turn before the closing message (`_PAUSE`).
+    """
+    sections = "\n".join(f"## {name}" for name in SECTIONS)
+    instructions = _INSTRUCTIONS.format(sections=sections, max_tokens=max_tokens)
+    closing = _CLOSING.format(
+        instructions=instructions, scope=AFTER_TASK if prefix.after_task else WHOLE
+    )
+    if previous:
+        closing += "\n\n" + FOLD_IN + previous
+    pause = [{"role": "assistant", "content": _PAUSE}] if _ends_on_user(prefix.messages) else []
+    body: dict[str, Any] = {
+        **prefix.fields,
+        "messages": [*prefix.messages, *pause, {"role": "user", "content": closing}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    if prefix.fields.get("tools"):
+        body["tool_choice"] = "none"
+    if prefix.fields.get("functions"):
+        body["function_call"] = "none"
+    return body
+
+
+def _ends_on_user(messages: Sequence[Message]) -> bool:
+    """Whether the last turn of `messages` is the user's, as chat templates alternate turns:
+    instructions, tool results and the assistant's tool calls are no turn of their own."""
+    for message in reversed(messages):
+        name = role(message)
+        if name == "user":
+            return True
+        if name == "assistant" and not (tool_calls(message) or has_function_call(message)):
+            return False
+    return False
 
 
 def split_span(

@@ -14,10 +14,11 @@ the same input always gives the same bytes, which keeps the provider's prompt ca
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from proxy.core.ledger import find_specifics
+from proxy.core.ledger import FactKind, specifics_at
 from proxy.core.messages import Message, role, text
 
 CountText = Callable[[str], int]
@@ -32,7 +33,23 @@ _RESULT_ROLES = frozenset({"tool", "function"})
 _HEAD_SHARE = 0.6
 # A cleared result keeps the names it mentioned (ids, hashes, versions, paths, URLs): the
 # model can still refer to them, and ask for them again by name. Bounded per placeholder.
-_KEPT_KINDS = frozenset({"identifier", "hash", "path", "url", "email"})
+_KEPT_KINDS: frozenset[FactKind] = frozenset({"identifier", "hash", "path", "url", "email"})
+# Error codes say what failed and how: an exit or status code, an HTTP status, an errno name,
+# a Node error code, a compiler's or linter's code, an exception's name. Kept like the other
+# names (the ledger's patterns do not look for them: they are no facts a summary must state).
+_ERRNOS = (
+    *("ENOENT", "EACCES", "EPERM", "EEXIST", "ENOTDIR", "EISDIR", "EINVAL", "ENOSPC"),
+    *("EMFILE", "EAGAIN", "EPIPE", "EBUSY", "EROFS", "ENOTEMPTY", "EBADF", "ENOMEM"),
+    *("ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EADDRINUSE", "ETIMEDOUT"),
+    *("EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND"),
+)
+_ERROR_CODE = re.compile(
+    r"\b(?:exit|status|error|return) code:? ?-?\d+\b"
+    r"|\bHTTP(?:/\d(?:\.\d)?)? [1-5]\d\d\b"
+    rf"|\b(?:{'|'.join(_ERRNOS)}|SIG[A-Z]{{3,6}}|ERR_[A-Z0-9_]{{2,60}})\b"
+    r"|\b(?:E|W|F|TS|CS|SC)\d{3,4}\b"
+    r"|\b[A-Z][A-Za-z0-9]{0,60}(?:Error|Exception)\b"
+)
 MAX_KEPT_NAMES = 6
 _MENTIONED = "; it mentioned "
 MAX_KEPT_CHARS = 240
@@ -55,11 +72,15 @@ def is_trimmed(message: Message) -> bool:
     return "too large for the context window" in body and any(n in body for n in _TRIMMED_NOTES)
 
 
-def clear(message: Message, tool_name: str | None, tokens: int) -> Message:
+def clear(
+    message: Message, tool_name: str | None, tokens: int, names: Sequence[str] | None = None
+) -> Message:
     """The result replaced by a one-line placeholder naming the tool, the size cleared and
-    the first few identifiers the result mentioned (verbatim)."""
+    the first few identifiers the result mentioned (verbatim): `names`, when the caller
+    knows them already (`kept_names` of the result, found once: `proxy.core.mentions`)."""
     name = tool_name or message.get("name") or "tool"
-    names = kept_names(text(message))
+    if names is None:
+        names = kept_names(text(message))
     mentioned = f"{_MENTIONED}{', '.join(names)}" if names else ""
     note = (
         f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here{mentioned}; "
@@ -76,20 +97,35 @@ def names_kept(cleared: Message) -> str:
 
 
 def kept_names(body: str) -> list[str]:
-    """The distinct identifiers, hashes, paths and URLs of `body`, first seen first, within
-    `MAX_KEPT_NAMES` and `MAX_KEPT_CHARS`."""
+    """The distinct identifiers, hashes, paths, URLs and error codes of `body`, first seen
+    first, within `MAX_KEPT_NAMES` and `MAX_KEPT_CHARS`."""
+    scanned = body[:NAMES_SCANNED_CHARS]
+    found = [(start, fact.text) for start, fact in specifics_at(scanned, _KEPT_KINDS)]
+    found += [(match.start(), match.group()) for match in _ERROR_CODE.finditer(scanned)]
+    found.sort(key=lambda item: item[0])
     kept: list[str] = []
     used = 0
-    for fact in find_specifics(body[:NAMES_SCANNED_CHARS]):
-        if fact.kind not in _KEPT_KINDS or fact.text in kept:
+    for start, name in found:
+        if name in kept or used + len(name) > MAX_KEPT_CHARS or _cut(body, start, name):
             continue
-        if used + len(fact.text) > MAX_KEPT_CHARS:
-            continue
-        kept.append(fact.text)
-        used += len(fact.text)
+        kept.append(name)
+        used += len(name)
         if len(kept) == MAX_KEPT_NAMES:
             break
     return kept
+
+
+def _cut(body: str, start: int, name: str) -> bool:
+    """Whether `name` (found at `start`) may be part of a longer one that was cut: it ends
+    where the text scanned ends, or touches the note of a result cut to head and tail
+    (`trim`: the note stands in a paragraph of its own, in brackets, where the middle went).
+    A part of a name is no name: listed, it would point at nothing."""
+    end = start + len(name)
+    return (
+        end == NAMES_SCANNED_CHARS < len(body)
+        or body.startswith("\n\n[", end)
+        or body.endswith("]\n\n", 0, start)
+    )
 
 
 def trim(message: Message, *, max_tokens: int, count: CountText, tool_name: str | None) -> Message:

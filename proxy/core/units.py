@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.core.messages import (
     Message,
@@ -125,6 +125,24 @@ class Pins:
     """Messages [recent, end) are the recent window, kept whole."""
     instructions: frozenset[int]
     """Every instruction message, wherever it stands (mid-conversation reminders too)."""
+    running: int | None = None
+    """Where the running turn starts: the last user message (what the model answers now)."""
+    asked: int | None = None
+    """Where the tool exchange right before the last user message starts, if there is one:
+    the result that message is about."""
+
+    def protecting(self, *, running: bool) -> Pins:
+        """These pins with the recent window widened to hold the result the user asks about
+        ("which is biggest?": cut to fit, never cleared or dropped) and, with `running`, the
+        whole running turn when something older can go instead (a cut inside it would drop
+        the question being answered, or its first tool rounds, which an agent runs again)."""
+        recent = self.recent
+        evictable = self.head if self.first_user is None else self.first_user + 1
+        if running and self.running is not None and evictable < self.running < recent:
+            recent = self.running
+        if self.asked is not None:
+            recent = min(recent, self.asked)
+        return replace(self, recent=recent)
 
     def is_pinned(self, index: int) -> bool:
         return (
@@ -161,6 +179,7 @@ def pins(
         ),
         None,
     )
+    running, asked = _running_turn(messages, units, head)
     recent = _recent_start(units, len(messages), keep_recent)
     if recent_tokens is not None and count is not None and recent < len(messages):
         recent = _bounded_start(messages, units, recent, recent_tokens, count)
@@ -169,7 +188,30 @@ def pins(
         first_user=first_user if pin_first_user else None,
         recent=recent,
         instructions=frozenset(i for i, m in enumerate(messages) if is_instruction(m)),
+        running=running,
+        asked=asked,
     )
+
+
+def _running_turn(
+    messages: Sequence[Message], units: Sequence[Unit], head: int
+) -> tuple[int | None, int | None]:
+    """Where the running turn starts (the last user message; a note the proxy wrote is
+    none), and where the tool exchange right before it starts, if there is one: the result
+    that message is about."""
+    last = next(
+        (
+            i
+            for i in range(len(messages) - 1, head - 1, -1)
+            if role(messages[i]) == "user" and note_of(messages[i]) is None
+        ),
+        None,
+    )
+    if last is None:
+        return None, None
+    before = next((u for u in units if u.stop == last), None)
+    exchanges = (UnitKind.TOOL_EXCHANGE, UnitKind.FUNCTION_EXCHANGE)
+    return last, before.start if before is not None and before.kind in exchanges else None
 
 
 def _recent_start(units: Sequence[Unit], total: int, keep_recent: int) -> int:

@@ -86,6 +86,9 @@ class MockUpstream:
     """The cached tokens reported for each of those, in the same order."""
     summary_requests: list[Recorded] = field(default_factory=list, init=False, repr=False)
     """Accepted summary requests (they are in `requests` too)."""
+    summary_usage: list[Usage] = field(default_factory=list, init=False, repr=False)
+    """The usage billed for each answered summary request: its prompt and cached tokens
+    come from the same prompt cache as every other request's."""
     app: Starlette = field(init=False, repr=False)
 
     _replies: deque[Reply] = field(default_factory=deque, init=False, repr=False)
@@ -223,10 +226,13 @@ class MockUpstream:
     ) -> Usage:
         """The usage of an answered request; its prompt joins the prompt cache."""
         cached = self._cached(meter.pieces(body), prompt, meter)
-        if not summary:
+        usage = Usage(prompt, meter.completion(reply), cached)
+        if summary:
+            self.summary_usage.append(usage)
+        else:
             self.prompt_tokens.append(prompt)
             self.cached_tokens.append(cached)
-        return Usage(prompt, meter.completion(reply), cached)
+        return usage
 
     def _cached(self, pieces: list[Piece], prompt: int, meter: Meter) -> int:
         """The cached tokens of a prompt made of `pieces`, which join the prompt cache."""

@@ -11,7 +11,10 @@ Whether compaction keeps what matters depends on the summarizer, so the mock pla
 
 A request is a summary request when an instruction message is the proxy's summarizer prompt
 (`proxy.core.summary.summary_request`): it opens with the prompt's first words, or names every
-section heading.
+section heading. In the prefix form (`proxy.core.summary.prefix_request`) the prompt is the
+closing user message after the conversation itself: the summary is then written from the
+conversation's messages (from after the first user message, when the prompt says that one
+stays) and the earlier summary the prompt carries, as from a transcript of them.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, Literal
 
-from proxy.core.messages import is_instruction, role, text
-from proxy.core.summary import SECTIONS
+from proxy.core.messages import Message, is_instruction, role, text
+from proxy.core.summary import AFTER_TASK, FOLD_IN, SECTIONS, render
 
 SummaryQuality = Literal["good", "poor"]
 
@@ -49,13 +52,29 @@ _POOR: Final = {
 
 def is_summary_request(body: Mapping[str, Any]) -> bool:
     """Whether `body` is the proxy asking for a summary (see the module docstring)."""
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        if isinstance(message, dict) and is_instruction(message):
+    if _closing(body) is not None:
+        return True
+    for message in _messages(body):
+        if is_instruction(message):
             instructions = text(message)
             if instructions.startswith(_OPENING) or all(h in instructions for h in _HEADINGS):
                 return True
     return False
+
+
+def _messages(body: Mapping[str, Any]) -> list[Message]:
+    messages = body.get("messages")
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+
+
+def _closing(body: Mapping[str, Any]) -> str | None:
+    """The prompt of a summary request in the prefix form: its last message, a user message
+    that opens with the summarizer prompt's first words."""
+    messages = _messages(body)
+    last = messages[-1] if messages else None
+    if last is not None and role(last) == "user" and text(last).startswith(_OPENING):
+        return text(last)
+    return None
 
 
 def summarize(body: Mapping[str, Any], quality: SummaryQuality, count: Callable[[str], int]) -> str:
@@ -92,15 +111,26 @@ def _quotes(body: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 
 
 def _lines(body: Mapping[str, Any]) -> Iterator[str]:
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        if not isinstance(message, dict) or is_instruction(message) or role(message) != "user":
-            continue
-        for raw in text(message).splitlines():
+    for block in _texts(body):
+        for raw in block.splitlines():
             # A previous summary's bullets are quoted again, so facts survive rolling summaries.
             line = raw.strip().removeprefix("- ").strip()
             if line and not line.startswith("#"):
                 yield line[:_LONGEST_QUOTE]
+
+
+def _texts(body: Mapping[str, Any]) -> list[str]:
+    """What the summary is written from, in order: the transcript form's user message (the
+    earlier summary, then the transcript), or the same read from the prefix form."""
+    closing = _closing(body)
+    if closing is None:
+        return [text(m) for m in _messages(body) if role(m) == "user"]
+    conversation = [m for m in _messages(body)[:-1] if not is_instruction(m)]
+    if AFTER_TASK in closing:
+        users = [i for i, m in enumerate(conversation) if role(m) == "user"]
+        conversation = conversation[users[0] + 1 :] if users else conversation
+    previous = closing.partition(FOLD_IN)[2]
+    return [previous, *(render(m) for m in conversation)]
 
 
 def _render(sections: Mapping[str, list[str]]) -> str:

@@ -183,6 +183,20 @@ class Metrics:
             buckets=SUMMARY_BUCKETS,
             registry=registry,
         )
+        self._summary_input = Counter(
+            f"{PREFIX}summarizer_input_tokens",
+            "Prompt tokens of the summaries written, as the summarizer reported them, by the "
+            "form they were asked in (prefix: the conversation itself, then one instruction; "
+            "transcript) and by whether its prompt cache served them (cached).",
+            ["form", "cached"],
+            registry=registry,
+        )
+        self._prefix_refusals = Counter(
+            f"{PREFIX}summarizer_prefix_refusals",
+            "Summaries whose prefix form the summarizer refused (a 4xx), asked again as a "
+            "transcript.",
+            registry=registry,
+        )
 
     def _register_failures(self, registry: CollectorRegistry) -> None:
         self._overflows = Counter(
@@ -279,6 +293,17 @@ class Metrics:
         self._summary_latency.observe(seconds)
         if failed:
             self._summary_failures.inc()
+
+    @_never_raises
+    def summary_input(self, form: str, tokens: int, cached: int, *, refused: bool) -> None:
+        """A summary was written from `tokens` prompt tokens, `cached` of them served from the
+        summarizer's prompt cache, asked in `form` ("prefix" or "transcript"); `refused`: the
+        prefix form was refused first."""
+        cached = min(max(cached, 0), max(tokens, 0))
+        self._summary_input.labels(form, "true").inc(cached)
+        self._summary_input.labels(form, "false").inc(max(tokens, 0) - cached)
+        if refused:
+            self._prefix_refusals.inc()
 
     @_never_raises
     def overflow(self, kind: str) -> None:

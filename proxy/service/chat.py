@@ -174,7 +174,8 @@ class ChatForwarder:
             notes=known_notes(outcome.checkpoint),
         )
         result = await turn.planned(
-            outcome.messages, lambda c: plan_emergency(situation, c, stated_limit=window)
+            outcome.messages,
+            lambda c, m: plan_emergency(situation, c, stated_limit=window, mentions=m),
         )
         if not isinstance(result, Compacted):
             return None

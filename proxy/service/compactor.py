@@ -161,7 +161,7 @@ class Compactor:
             force=action.force,
             notes=known_notes(outcome.checkpoint),
         )
-        plan = await turn.planned(situation.messages, lambda c: plan_compaction(situation, c))
+        plan = await turn.planned(situation.messages, lambda c, m: plan_compaction(situation, c, m))
         # Whether compaction had its chance: after it, a request still over the provider's
         # window cannot be helped, and the proxy answers the overflow itself.
         tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
@@ -208,7 +208,13 @@ class Compactor:
             result = need.fallback()
         # The record names who wrote the summaries it used and what they cost, off the path.
         prepared = (
-            SummaryResult(used[-1].text, used[-1].model, sum(u.tokens for u in used))
+            SummaryResult(
+                used[-1].text,
+                used[-1].model,
+                sum(u.tokens for u in used),
+                input_tokens=sum(u.input_tokens for u in used),
+                cached_tokens=sum(u.cached_tokens for u in used),
+            )
             if used
             else None
         )
@@ -317,6 +323,8 @@ class Compactor:
             summarizer_model=summary.model if summary else None,
             summarizer_tokens=summary.tokens if summary else 0,
             steps=result.steps,
+            summarizer_input_tokens=summary.input_tokens if summary else 0,
+            summarizer_cached_tokens=summary.cached_tokens if summary else 0,
         )
         await self._memory.record_compaction(turn.tenant, turn.session, record)
         estimate = turn.budget.estimate

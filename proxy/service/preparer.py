@@ -40,6 +40,7 @@ from proxy.core.breaker import Breaker
 from proxy.core.messages import Message
 from proxy.core.plan import Compacted, NeedsSummary, Situation, SummaryTask, plan_compaction
 from proxy.core.prepared import covered, note_key, preparing
+from proxy.core.request import Api
 from proxy.core.session import known_notes
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
@@ -199,7 +200,7 @@ class Preparer:
         situation = Situation(
             messages, turn.request.body, turn.policy, turn.budget, force=True, notes=notes
         )
-        need = await turn.planned(messages, lambda c: plan_compaction(situation, c))
+        need = await turn.planned(messages, lambda c, m: plan_compaction(situation, c, m))
         if not isinstance(need, NeedsSummary):
             return
         keys = need.keys
@@ -303,7 +304,11 @@ class Preparer:
         failed = True
         try:
             summary = await self._summarizer.summarize(
-                need, credentials=turn.credentials, count=turn.counter.message, window=window
+                need,
+                credentials=turn.credentials,
+                count=turn.counter.message,
+                window=window,
+                forwarded_as_chat=turn.request.api is Api.CHAT,
             )
             failed = False
         except SummaryFailedError:
@@ -313,6 +318,9 @@ class Preparer:
             # A cancelled summary (the client went away) counts as failed: it gave nothing.
             self._metrics.summary(time.perf_counter() - started, failed=failed)
         self._worked()
+        self._metrics.summary_input(
+            summary.form, summary.input_tokens, summary.cached_tokens, refused=summary.refused
+        )
         return summary
 
     def _failed(self) -> None:
@@ -365,14 +373,30 @@ def _raw(summary: str) -> str:
 
 
 def _stored(summary: SummaryResult) -> str:
-    """A summary as the store keeps it: its text, and who wrote it at what cost."""
-    return json.dumps({"text": summary.text, "model": summary.model, "tokens": summary.tokens})
+    """A summary as the store keeps it: its text, and who wrote it at what cost (the input
+    too, and how much of it the provider's cache served, for the compaction's record)."""
+    return json.dumps(
+        {
+            "text": summary.text,
+            "model": summary.model,
+            "tokens": summary.tokens,
+            "input_tokens": summary.input_tokens,
+            "cached_tokens": summary.cached_tokens,
+        }
+    )
 
 
 def _parsed(raw: str) -> SummaryResult | None:
-    """A stored summary, or None when it is not one (written by another version)."""
+    """A stored summary, or None when it is not one (written by another version; one
+    stored before its input was recorded reads as no input)."""
     try:
         value = json.loads(raw)
-        return SummaryResult(str(value["text"]), value.get("model"), int(value.get("tokens", 0)))
+        return SummaryResult(
+            str(value["text"]),
+            value.get("model"),
+            int(value.get("tokens", 0)),
+            input_tokens=int(value.get("input_tokens", 0)),
+            cached_tokens=int(value.get("cached_tokens", 0)),
+        )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None

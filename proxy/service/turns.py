@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from proxy.adapters.tokenizer import Encoders
@@ -20,6 +20,7 @@ from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
 from proxy.core.headers import Headers
 from proxy.core.keys import ClientKeys, presented_key
+from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy, ModelPolicies
 from proxy.core.request import ChatRequest
@@ -74,6 +75,9 @@ class Turn:
     credentials: Headers
     digests: Digests
     """Each message's digest, computed once for counting, chain hashes and the archive."""
+    mentions: Mentions = field(default_factory=Mentions)
+    """What each message mentions (its names, its facts), found once per message: a cache,
+    like `counter`, held for the life of the process."""
 
     @property
     def model(self) -> str | None:
@@ -88,22 +92,26 @@ class Turn:
         """Our raw (uncalibrated) count of a request carrying `messages`."""
         return self.counter.messages(messages) + self.counter.tools(self.request.body)
 
-    async def planned(self, messages: Sequence[Message], plan: Callable[[TokenCounter], _T]) -> _T:
-        """`plan(counter)`, a plan of `messages` (the core's, pure): in a worker thread when
-        the request body is at least `OFF_LOOP_BYTES`, else right here.
+    async def planned(
+        self, messages: Sequence[Message], plan: Callable[[TokenCounter, Mentions], _T]
+    ) -> _T:
+        """`plan(counter, mentions)`, a plan of `messages` (the core's, pure): in a worker
+        thread when the request body is at least `OFF_LOOP_BYTES`, else right here.
 
         A large turn's plan counts what it cuts (a trimmed message's head and tail, the
         trimmed message), 0.6 to 1.5 s of tiktoken for a 2 MB message without whitespace:
         that must not hold the event loop. The thread plans with a counter of its own
         (`TokenCounter.apart`), whose new counts are cached here afterwards, so the counts
-        of what is forwarded are found again. A small turn plans on the loop: a thread hop
-        would cost it more than the plan.
+        of what is forwarded are found again; and so with what messages mention. A small
+        turn plans on the loop: a thread hop would cost it more than the plan.
         """
         if len(self.request.raw) < OFF_LOOP_BYTES:
-            return plan(self.counter)
+            return plan(self.counter, self.mentions)
         apart = self.counter.apart(messages, self.request.body)
-        result = await asyncio.to_thread(plan, apart)
+        mentions = self.mentions.apart(messages)
+        result = await asyncio.to_thread(plan, apart, mentions)
         self.counter.merge(apart)
+        self.mentions.merge(mentions)
         return result
 
 
@@ -127,8 +135,10 @@ class Turns:
         self._upstream = upstream
         self._api_key = upstream_api_key
         # One counter per encoding for the life of the process: its cache is what makes a
-        # long history cheap to count again on every turn.
+        # long history cheap to count again on every turn. What messages mention does not
+        # depend on the encoding: one cache for all.
         self._counters: dict[str, TokenCounter] = {}
+        self._mentions = Mentions()
         self._reported: dict[str, int | None] = {}
 
     async def begin(self, incoming: Incoming, request: ChatRequest) -> Turn:
@@ -209,6 +219,7 @@ class Turns:
             checkpoint=checkpoint,
             credentials=credentials,
             digests=digests,
+            mentions=self._mentions.for_request(digests),
         )
 
     async def _state(

@@ -91,6 +91,8 @@ def create_app(
                 api_key=_secret(brain.api_key)
                 or (None if brain.base_url else _secret(settings.upstream.api_key)),
                 window=brain.context_window,
+                # A server of its own cached none of the conversation: no prefix form there.
+                own_upstream=brain.base_url is not None,
             ),
             metrics=metrics,
         )

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core import ledger as ledger_module
 from proxy.core.ledger import (
     LEDGER_HEADING,
     Fact,
     FactKind,
     appendix,
     extract_facts,
+    find_specifics,
     missing_facts,
+    specifics_at,
     with_missing_facts,
 )
 from proxy.core.messages import Message
@@ -515,3 +520,51 @@ def test_bounds_hold(messages: list[Message], max_facts: int, max_chars: int) ->
     assert sum(len(fact.text) for fact in ledger) <= max_chars
     unbounded = extract_facts(messages, max_facts=10_000, max_chars=10**9)
     assert [fact for fact in unbounded if fact in ledger] == list(ledger)  # first-seen order
+
+
+# --- What each rule needs, and the kinds asked for, change no result ----------------------------
+
+MORE_FRAGMENTS = [
+    *FRAGMENTS,
+    "10.0.0.1:8080",
+    "api.example.internal",
+    "C:/x/y.txt",
+    "dir\\\\file.txt",
+    "../rel/x.cfg",
+    "v4.19.2",
+    "1.2.3-rc.1",
+    "sk_live12345abc",
+    "ticket: XY-9",
+    "port 5432",
+    "\u0663\u0664\u0665",  # Arabic-Indic digits: `\d` matches them too
+    "sha256:" + SHA256,
+]
+texts_with_facts = st.lists(
+    st.sampled_from(MORE_FRAGMENTS) | st.text(max_size=12), max_size=16
+).flatmap(lambda parts: st.sampled_from(["", " ", "\n", ", ", "/"]).map(lambda s: s.join(parts)))
+
+
+@given(texts_with_facts)
+def test_skipping_the_rules_a_text_cannot_match_finds_the_same_facts(source: str) -> None:
+    every_rule = [replace(rule, needs=re.compile("")) for rule in ledger_module._RULES]
+    assert list(ledger_module._pattern_facts(source)) == list(
+        ledger_module._pattern_facts(source, every_rule)
+    )
+
+
+@given(texts_with_facts, st.sets(st.sampled_from(get_args(FactKind))))
+def test_the_specifics_of_some_kinds_are_those_of_all_kinds_of_them(
+    source: str, kinds: set[FactKind]
+) -> None:
+    every = specifics_at(source)
+    assert specifics_at(source, kinds) == [item for item in every if item[1].kind in kinds]
+    assert [fact for _, fact in every] == find_specifics(source)
+
+
+def test_the_specifics_of_some_kinds_skip_the_rules_after_them() -> None:
+    source = "see src/a.py, 42 ms, $5 and ABC-1 on 2024-06-01"
+    assert specifics_at(source, {"path", "identifier"}) == [
+        (4, Fact("path", "src/a.py")),
+        (28, Fact("identifier", "ABC-1")),
+    ]
+    assert specifics_at(source, set()) == []

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.core import artifacts
+from proxy.core import mentions as mentions_module
 from proxy.core.budget import Budget, request_budget
+from proxy.core.ledger import Ranked, ranked_facts
+from proxy.core.mentions import Mentions
 from proxy.core.messages import Message, role
 from proxy.core.plan import (
+    ARTIFACTS_FLOOR,
+    Allowances,
     Compacted,
     NeedsSummary,
     Plan,
@@ -20,7 +27,7 @@ from proxy.core.plan import (
     plan_emergency,
 )
 from proxy.core.policy import ContextPolicy
-from proxy.core.summary import SUMMARY_PREFIX, detach_note, note_of
+from proxy.core.summary import SUMMARY_PREFIX, detach_note, detach_notes, note_digest, note_of
 from proxy.core.tool_results import is_cleared
 from proxy.core.units import group_units, is_well_formed
 from tests.builders import assistant, assistant_calls, system, tool_result, user
@@ -608,9 +615,9 @@ def test_a_note_in_the_recent_window_stays_where_it_is() -> None:
         assistant(earlier),
         user("the latest question"),
     ]
-    result = run(
-        plan_compaction(situation(messages, window=3000, keep_recent=2, force=True), COUNTER)
-    )
+    ours = frozenset({note_digest(earlier)})
+    forced = situation(messages, window=3000, keep_recent=2, force=True, notes=ours)
+    result = run(plan_compaction(forced, COUNTER))
     assert result.messages[-2:] == messages[-2:]
     assert sum(1 for m in result.messages if note_of(m)) == 2
 
@@ -623,3 +630,231 @@ def test_a_request_with_no_message_to_cut_is_left_as_it_is() -> None:
     situation = Situation(messages=[], body={"model": "m", **TOOLS}, policy=POLICY, budget=budget)
     plan = plan_compaction(situation, COUNTER)
     assert not isinstance(plan, Compacted) or plan.messages == []
+
+
+# The artifact trail ----------------------------------------------------------------------------
+
+BUILD = "7f3a9c2e41"
+CHECKSUM = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+
+def later_turns(first: int, count: int) -> list[Message]:
+    """`coding_agent`'s turns from turn `first` on (its call ids go on), saying nothing."""
+    messages: list[Message] = []
+    for i in range(first, first + count):
+        messages += [
+            user("Next step. " + words(100, "please")),
+            assistant_calls(f"a{i}"),
+            tool_result(f"a{i}", words(900, f"r{i}")),
+            assistant_calls(f"b{i}"),
+            tool_result(f"b{i}", words(900, f"s{i}")),
+            assistant(f"Done {i}. " + words(150, "ok")),
+        ]
+    return messages
+
+
+def block_of(result: Compacted) -> str:
+    """The compaction block of `result` (the notes the proxy wrote, without the task)."""
+    return next(
+        note
+        for m in result.messages
+        for note in ([note_of(m)] if note_of(m) else detach_notes(m)[1])
+        if note is not None
+    )
+
+
+def test_what_only_an_early_tool_result_said_outlives_useless_summaries_and_emergencies() -> None:
+    messages = coding_agent(12)
+    messages[4] = tool_result("a0", f"build {BUILD} ok\nartifact {CHECKSUM}\n" + words(900))
+    budget = budget_8k()
+    body = {"model": "m", **TOOLS}
+    situation = agent_situation(messages, budget)
+    for turn in (12, 18, 24):  # the first compaction, then two re-compactions
+        result = run(plan_compaction(situation, COUNTER), "- none")
+        assert "summarize" in result.steps
+        block = block_of(result)
+        assert {BUILD, CHECKSUM} <= set(artifacts.read_trail(block))
+        assert block.count(BUILD) == block.count(CHECKSUM) == 1
+        grown = [*result.messages, *later_turns(turn, 6)]
+        situation = Situation(grown, body, ContextPolicy(), budget, notes=result.notes)
+    # The provider says the request overflowed a smaller window than it was told of.
+    emergency = plan_emergency(situation, COUNTER, stated_limit=5000)
+    assert isinstance(emergency, Compacted)
+    assert "truncate" in emergency.steps
+    block = block_of(emergency)
+    assert block.startswith("[")
+    assert " earlier messages omitted]" in block
+    assert {BUILD, CHECKSUM} <= set(artifacts.read_trail(block))
+
+
+def test_a_truncation_lists_what_its_calls_and_results_mentioned_newest_first() -> None:
+    messages = [system(), user("the task")]
+    for i in range(6):
+        call = assistant_calls(f"c{i}", arguments={"path": f"src/mod_{i}.py"})
+        messages += [call, tool_result(f"c{i}", f"PAY-{i} " + words(100, "r"))]
+    messages.append(assistant("done"))
+    result = run(plan_compaction(situation(messages, window=800, strategy="truncate"), COUNTER))
+    assert result.strategy == "truncate"
+    block = block_of(result)
+    assert block.startswith("[")
+    trail = artifacts.read_trail(block)
+    evicted = len(trail) // 2
+    assert trail == [
+        name for i in reversed(range(evicted)) for name in (f"PAY-{i}", f"src/mod_{i}.py")
+    ]
+    assert evicted >= 2
+
+
+def test_an_identifier_the_trail_lists_is_not_appended_to_the_summary_again() -> None:
+    messages = coding_agent(12)
+    messages[4] = tool_result("a0", "wrote /srv/data/42.db and ABC-77 " + words(900))
+    result = run(plan_compaction(agent_situation(messages, budget_8k()), COUNTER), "- vague")
+    block = block_of(result)
+    assert "/srv/data/42.db" in artifacts.read_trail(block)
+    assert block.count("/srv/data/42.db") == block.count("ABC-77") == 1
+
+
+def test_the_trail_keeps_the_newest_names_within_its_allowance() -> None:
+    messages = [system(), user("the task")]
+    for i in range(40):
+        names = " ".join(f"ABC-{i}{j}" for j in range(6))
+        messages += [assistant_calls(f"c{i}"), tool_result(f"c{i}", names + words(60, " r"))]
+    messages.append(assistant("done"))
+    plan = plan_compaction(situation(messages, window=3000, strategy="truncate"), COUNTER)
+    result = run(plan)
+    trail = artifacts.read_trail(block_of(result))
+    allowance = Allowances.of(situation(messages, window=3000).budget, POLICY).artifacts
+    assert 0 < artifacts.cost(trail, COUNTER.text) <= allowance
+    # The newest removed result leads; the oldest had no room left.
+    newest = max(int(name[4:-1]) for name in trail)
+    assert trail[:6] == [f"ABC-{newest}{j}" for j in range(6)]
+    assert "ABC-00" not in trail
+
+
+def test_a_recompaction_puts_what_its_span_mentioned_before_the_trail_it_carries() -> None:
+    messages = coding_agent(12)
+    messages[4] = tool_result("a0", f"build {BUILD} " + words(900))
+    budget, body = budget_8k(), {"model": "m", **TOOLS}
+    first = run(plan_compaction(agent_situation(messages, budget), COUNTER), "- none")
+    grown = [*first.messages, *later_turns(12, 6)]
+    grown[-2] = tool_result("b17", "see v9.1.0 " + words(900))
+    grown[len(first.messages) + 2] = tool_result("a12", "release v2.0.1 " + words(900))
+    grown_situation = Situation(grown, body, ContextPolicy(), budget, notes=first.notes)
+    second = run(plan_compaction(grown_situation, COUNTER), "- none")
+    trail = artifacts.read_trail(block_of(second))
+    assert trail == ["v2.0.1", BUILD]  # v9.1.0 is in the recent window, still said
+    # Compacting the output again, forced, changes nothing: the trail reads back as written.
+    again = replace(grown_situation, messages=second.messages, force=True, notes=second.notes)
+    assert isinstance(plan_compaction(again, COUNTER), Unchanged)
+
+
+def test_a_conversations_next_plans_find_nothing_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    found: list[str] = []
+
+    def names(message: Message) -> tuple[str, ...]:
+        found.append("names")
+        return artifacts.names_of(message)
+
+    def facts(message: Message) -> tuple[Ranked, ...]:
+        found.append("facts")
+        return ranked_facts(message)
+
+    monkeypatch.setattr(mentions_module, "names_of", names)
+    monkeypatch.setattr(mentions_module, "ranked_facts", facts)
+    messages = coding_agent(12)
+    cache = Mentions()
+    first = run(plan_compaction(agent_situation(messages, budget_8k()), COUNTER, cache))
+    assert "names" in found
+    assert "facts" in found
+    found.clear()
+    again = run(plan_compaction(agent_situation(messages, budget_8k()), COUNTER, cache))
+    assert again == first
+    assert found == []  # every result's names and facts, every placeholder's, remembered
+    grown = [*messages, *later_turns(12, 1)]
+    run(plan_compaction(agent_situation(grown, budget_8k()), COUNTER, cache))
+    # The new messages alone (and what the plan made of them).
+    assert 0 < found.count("names") <= len(later_turns(12, 1)) + 2
+    found.clear()
+    emergency = plan_emergency(agent_situation(grown, budget_8k()), COUNTER, mentions=cache)
+    assert isinstance(emergency, Compacted)
+    assert found.count("names") <= 2
+
+
+# The artifact trail over random agents ---------------------------------------------------------
+
+NAMED = [
+    *(f"PAY-{n}" for n in range(1, 5)),
+    *(f"src/mod_{n}.py" for n in range(4)),
+    *(f"v1.{n}.0" for n in range(4)),
+    *(f"{n:04d}abcdef" for n in range(4)),
+]
+
+
+@st.composite
+def naming_agent(draw: st.DrawFn, first: int = 0) -> list[Message]:
+    """Tool rounds whose calls and results name files, tickets, versions and hashes."""
+    messages: list[Message] = []
+    for i in range(first, first + draw(st.integers(min_value=4, max_value=24))):
+        said = " ".join(draw(st.lists(st.sampled_from(NAMED), max_size=3)))
+        path = draw(st.sampled_from(NAMED))
+        size = draw(st.integers(min_value=10, max_value=300))
+        messages += [
+            assistant_calls(f"n{i}", arguments={"path": path}),
+            tool_result(f"n{i}", f"{said} {words(size, 'r')}"),
+        ]
+        if draw(st.booleans()):
+            messages += [assistant(f"ok {i}"), user(f"next {i}")]
+    return [*messages, assistant("done")]
+
+
+def trail_of(result: Compacted) -> list[str]:
+    notes = [block for block in (note_of(m) or detach_note(m)[1] for m in result.messages) if block]
+    return artifacts.read_trail(notes[-1]) if notes else []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    naming_agent(),
+    naming_agent(first=100),
+    st.sampled_from([1500, 3000, 8000]),
+    st.sampled_from(["auto", "truncate", "summarize"]),
+)
+def test_the_trail_lists_what_was_said_once_within_its_allowance_and_survives(
+    agent: list[Message], more: list[Message], window: int, strategy: str
+) -> None:
+    messages = [system(), user("the task"), *agent]
+    first = plan_compaction(situation(messages, window, strategy=strategy, force=True), COUNTER)
+    if not isinstance(first, Compacted | NeedsSummary):
+        return
+    result = run(first, "- none")
+    trail = trail_of(result)
+    allowance = Allowances.of(situation(messages, window).budget, POLICY).artifacts
+    assert set(trail) <= set(NAMED)
+    assert len(trail) == len(set(trail))
+    assert artifacts.cost(trail, COUNTER.text) <= allowance
+    # Compacting the output again leaves it as it is.
+    again = plan_compaction(situation(result.messages, window, notes=result.notes), COUNTER)
+    assert isinstance(again, Unchanged) or run(again, "- none").messages == result.messages
+    # Grown and compacted again (and in an emergency, whose trail has at least an eighth of
+    # its target up to the floor), the trail carries what it listed as long as its allowance
+    # holds all that was named.
+    grown = [*result.messages, user("more"), *more]
+    forced = situation(grown, window, strategy=strategy, force=True, notes=result.notes)
+    recompacted = plan_compaction(forced, COUNTER)
+    emergency = plan_emergency(forced, COUNTER)
+    before = COUNTER.messages(grown) + COUNTER.tools(TOOLS)
+    emergency_room = min(allowance, ARTIFACTS_FLOOR, before // 2 // 8)
+    for later, room in (
+        (
+            recompacted if isinstance(recompacted, Unchanged) else run(recompacted, "- none"),
+            allowance,
+        ),
+        (emergency, emergency_room),
+    ):
+        if not isinstance(later, Compacted):
+            continue
+        kept = trail_of(later)
+        assert set(kept) <= set(NAMED)
+        remaining = "\n".join(str(detach_note(m)[0]) for m in later.messages if not note_of(m))
+        if artifacts.cost(NAMED, COUNTER.text) <= room:
+            assert all(name in kept or name in remaining for name in trail)

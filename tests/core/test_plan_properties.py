@@ -168,7 +168,7 @@ def _least_possible(
         else COUNTER.message(m)
         for m in unit
     )
-    block = allowances.ledger + allowances.summary + allowances.facts + 64
+    block = allowances.ledger + allowances.artifacts + allowances.summary + allowances.facts + 64
     return COUNTER.messages(head) + COUNTER.tools(TOOLS) + block + least
 
 

@@ -111,6 +111,19 @@ def test_records_round_trip_through_json() -> None:
     assert SessionState().turns_since_compaction is None
 
 
+def test_a_record_stored_before_summary_input_was_recorded_loads_with_none() -> None:
+    record = CompactionRecord(
+        1.0, "pressure", "summarize", 100, 40, "gpt-4o-mini", 900,
+        summarizer_input_tokens=800, summarizer_cached_tokens=700,
+    )  # fmt: skip
+    stored = record.to_json()
+    assert CompactionRecord.from_json(json.loads(json.dumps(stored))) == record
+    del stored["summarizer_input_tokens"], stored["summarizer_cached_tokens"]
+    older = CompactionRecord.from_json(stored)
+    assert (older.summarizer_input_tokens, older.summarizer_cached_tokens) == (0, 0)
+    assert older.summarizer_tokens == 900
+
+
 def test_a_checkpoint_keeps_the_notes_the_proxy_wrote() -> None:
     note = marker(2)
     made = replace(checkpoint(2, [user("task"), assistant(note)]), notes=(note_digest(note),))

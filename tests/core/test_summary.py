@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from proxy.core.messages import Message
 from proxy.core.splice import merge_text
 from proxy.core.summary import (
+    AFTER_TASK,
+    FOLD_IN,
     NOTE_END,
     SECTIONS,
     SUMMARY_PREFIX,
+    WHOLE,
+    Prefix,
     completion_text,
     detach_note,
     detach_notes,
@@ -17,12 +24,23 @@ from proxy.core.summary import (
     notes_in,
     offered_tools,
     opening_note,
+    prefix_fields,
+    prefix_request,
     render,
     split_span,
     summary_request,
     summary_text,
 )
-from tests.builders import assistant_calls, function_call, image_user, tool_result, user
+from tests.builders import (
+    assistant,
+    assistant_calls,
+    function_call,
+    function_result,
+    image_user,
+    system,
+    tool_result,
+    user,
+)
 
 
 def test_request_carries_transcript_sections_and_limits() -> None:
@@ -203,3 +221,76 @@ def test_a_note_that_opened_an_empty_message_is_that_message_s_note() -> None:
     opened = merge_text(user(""), opening_note(note), first=True)
     assert note_of(opened) == note
     assert note_of(user(f"{note}\n\n{NOTE_END}\n\nthe user's words")) is None
+
+
+# --- The prefix form -------------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "grep", "parameters": {}}}]
+
+
+def prefix_of(*messages: Message, after_task: bool = True, **fields: Any) -> Prefix:
+    return Prefix(fields, messages, tokens=100, after_task=after_task)
+
+
+def test_prefix_fields_keep_what_the_cached_prompt_depends_on() -> None:
+    body = {
+        "model": "gpt-4o",
+        "messages": [user()],
+        "tools": TOOLS,
+        "tool_choice": "required",
+        "stream": True,
+        "max_completion_tokens": 9000,
+        "response_format": {"type": "json_object"},
+        "prompt_cache_key": "agent-7",
+    }
+    assert prefix_fields(body) == {"model": "gpt-4o", "tools": TOOLS, "prompt_cache_key": "agent-7"}
+
+
+def test_the_prefix_form_is_the_conversation_then_one_closing_instruction() -> None:
+    conversation = (system("be terse"), user("Fix ABC-12"), assistant("done: ABC-12 fixed"))
+    body = prefix_request(
+        prefix_of(*conversation, model="gpt-4o", tools=TOOLS), previous=None, max_tokens=300
+    )
+    *kept, closing = body["messages"]
+    assert kept == list(conversation)  # the same messages, the same objects' contents
+    assert closing["role"] == "user"
+    assert all(f"## {section}" in closing["content"] for section in SECTIONS)
+    assert "300 tokens" in closing["content"]
+    assert AFTER_TASK in closing["content"]
+    assert FOLD_IN not in closing["content"]
+    assert (body["model"], body["tools"], body["tool_choice"]) == ("gpt-4o", TOOLS, "none")
+    assert (body["max_tokens"], body["temperature"]) == (300, 0)
+    assert "function_call" not in body
+
+
+def test_the_prefix_form_folds_the_previous_summary_in_and_names_its_scope() -> None:
+    functions = [{"name": "lookup", "parameters": {}}]
+    prefix = prefix_of(system(), assistant("hello"), after_task=False, functions=functions)
+    body = prefix_request(prefix, previous="- ticket ABC-12", max_tokens=100)
+    closing = body["messages"][-1]["content"]
+    assert WHOLE in closing
+    assert AFTER_TASK not in closing
+    assert closing.endswith(FOLD_IN + "- ticket ABC-12")
+    assert body["function_call"] == "none"
+    assert "tool_choice" not in body
+
+
+def test_a_prefix_ending_on_the_user_s_turn_gets_an_assistant_turn_before_the_closing() -> None:
+    """Two user turns in a row are refused by strict chat templates; tool traffic is no turn
+    of its own, so a round of calls after the user's message still ends on the user."""
+    ending_on_user = [
+        (user("go"),),
+        (user("go"), assistant_calls("c1"), tool_result("c1")),
+        (user("go"), function_call(), function_result()),
+    ]
+    for messages in ending_on_user:
+        sent = prefix_request(prefix_of(*messages), previous=None, max_tokens=50)["messages"]
+        assert [m["role"] for m in sent[len(messages) :]] == ["assistant", "user"], messages
+    ending_on_assistant = [
+        (user("go"), assistant("done")),
+        (assistant("hello"), assistant_calls("c1"), tool_result("c1")),
+        (system(), tool_result("c1")),
+    ]
+    for messages in ending_on_assistant:
+        sent = prefix_request(prefix_of(*messages), previous=None, max_tokens=50)["messages"]
+        assert [m["role"] for m in sent[len(messages) :]] == ["user"], messages

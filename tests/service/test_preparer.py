@@ -22,6 +22,7 @@ from proxy.core.plan import NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy
 from proxy.core.prepared import note_key
 from proxy.core.session import known_notes
+from proxy.core.summary import FOLD_IN
 from proxy.mock_upstream import MockUpstream, Reply
 from proxy.service import preparer as preparer_module
 from proxy.service.outcome import unchanged
@@ -251,7 +252,13 @@ async def test_a_span_prepared_while_the_compaction_truncated_is_not_summarized_
     await preparer.settle()
     requests = parts.mock.summary_requests
     assert len(requests) == 2
-    assert early.request.messages[1]["content"] not in requests[1].body.decode()
+    # Asked as the conversation's prefix (which the provider has cached): the span's start is
+    # in it as the conversation, and the prepared summary of it is folded in, not rewritten.
+    key = span_keys(early)[-1]
+    start = (await preparer.find(early.tenant, [key]))[key].text
+    closing = requests[1].json()["messages"][-1]["content"]
+    assert early.request.messages[1] in requests[1].json()["messages"]
+    assert closing.partition(FOLD_IN)[2] == start
 
 
 async def test_a_span_prepared_but_for_a_few_messages_stands_for_the_whole_drop(
@@ -305,6 +312,24 @@ async def test_a_summary_kept_here_is_found_before_the_store_is_asked(parts: Par
     await parts.memory.store.put_summary(turn.tenant, key, "written by another version")
     found = await parts.compactor.preparer.find(turn.tenant, [key])
     assert found[key].text != "written by another version"
+
+
+async def test_a_summary_stored_before_its_input_was_recorded_is_found(parts: Parts) -> None:
+    older = json.dumps({"text": "- the summary", "model": "m", "tokens": 90})
+    await parts.memory.store.put_summary("t", "k", older)
+    found = (await parts.compactor.preparer.find("t", ["k"]))["k"]
+    assert (found.text, found.tokens, found.input_tokens, found.cached_tokens) == (
+        "- the summary", 90, 0, 0,
+    )  # fmt: skip
+
+
+async def test_a_summary_s_input_and_cached_tokens_are_stored_with_it(parts: Parts) -> None:
+    turn = await prepared(parts)
+    key = span_keys(turn)[-1]
+    found = (await parts.other_replica().preparer.find(turn.tenant, [key]))[key]
+    [usage] = parts.mock.summary_usage
+    assert (found.input_tokens, found.cached_tokens) == (usage.prompt_tokens, usage.cached_tokens)
+    assert found.input_tokens > 0
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from proxy.adapters.store import MemoryStore
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core import jsoncodec
 from proxy.core.keys import ClientKeys, key_hash
+from proxy.core.mentions import Mentions
 from proxy.core.policy import ContextPolicy, ModelPolicies
 from proxy.core.request import parse_chat_request
 from proxy.core.session import tenant_of, tenant_of_name
@@ -231,11 +232,13 @@ async def test_a_request_large_for_its_schemas_alone_is_not_counted_apart(setup:
 
 
 async def planned_on(turn: Turn) -> tuple[bool, bool]:
-    """Where `turn`'s plan ran: on the loop's thread, and with the turn's own counter."""
+    """Where `turn`'s plan ran: on the loop's thread, and with the turn's own caches."""
 
-    def plan(counter: TokenCounter) -> tuple[bool, bool]:
+    def plan(counter: TokenCounter, mentions: Mentions) -> tuple[bool, bool]:
         counter.message(turn.body[-1])
-        return threading.current_thread() is threading.main_thread(), counter is turn.counter
+        mentions.names(turn.body[-1])
+        own = counter is turn.counter and mentions is turn.mentions
+        return threading.current_thread() is threading.main_thread(), own
 
     return await turn.planned(turn.body, plan)
 

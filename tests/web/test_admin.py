@@ -285,6 +285,8 @@ async def test_openapi_documents_the_core_records_it_returns(api: httpx.AsyncCli
     record = schemas["CompactionRecord"]["properties"]
     assert record["steps"]["type"] == "array"
     assert "pressure, hook, overflow" in record["trigger"]["description"]
+    assert record["summarizer_input_tokens"]["type"] == "integer"
+    assert "prompt cache" in record["summarizer_cached_tokens"]["description"]
 
 
 async def test_openapi_documents_the_session_api(api: httpx.AsyncClient) -> None:

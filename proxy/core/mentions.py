@@ -1,0 +1,127 @@
+"""What each message mentions, found once per message and remembered by its digest.
+
+Finding a message's facts and names takes the ledger's fixed patterns over its whole text:
+done on every compaction and every background preparation for every old tool result (to
+clear it, to check a summary against it), that was a third of the proxy's CPU for a growing
+tool-heavy agent. What a message mentions depends on its content alone, so a `Mentions`
+finds it once, remembers it under the message's digest (`proxy.core.digests`) and gives it
+back to every later compaction of the conversation: the work then follows a conversation's
+new messages, not its history. Each finding is linear in the message's length.
+
+Two things are remembered per message:
+
+- its names (`proxy.core.artifacts.names_of`): what a cleared placeholder keeps and what the
+  artifact trail lists;
+- its ranked facts (`proxy.core.ledger.ranked_facts`): what a summary is checked against.
+
+Pure: a `Mentions` is a cache, like the token counter's, that the service holds for the life
+of the process and passes into the plan; it does no I/O and reads no clock. Not thread-safe:
+a plan in a worker thread takes one made by `apart`, merged back afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Final, TypeVar
+
+from proxy.core.artifacts import names_of
+from proxy.core.digests import Digests, digest
+from proxy.core.ledger import Ranked, ranked_facts
+from proxy.core.messages import Message
+
+NAMES_CACHE_SIZE: Final = 65_536
+"""Messages whose names are remembered (a few short strings each)."""
+FACTS_CACHE_SIZE: Final = 8_192
+"""Messages whose facts are remembered: a message's facts are many more, and only a span
+being summarized needs them."""
+
+_T = TypeVar("_T")
+
+
+class Mentions:
+    """The names and facts of messages, each found once, least recently used forgotten."""
+
+    __slots__ = ("_digest", "_digests", "_facts", "_facts_size", "_names", "_names_size")
+
+    def __init__(
+        self, *, names_size: int = NAMES_CACHE_SIZE, facts_size: int = FACTS_CACHE_SIZE
+    ) -> None:
+        self._names: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
+        self._facts: OrderedDict[bytes, tuple[Ranked, ...]] = OrderedDict()
+        self._names_size = names_size
+        self._facts_size = facts_size
+        self._digests: Digests | None = None
+        self._digest: Callable[[object], bytes] = digest
+
+    def for_request(self, digests: Digests) -> Mentions:
+        """These caches, taking message digests from `digests` (one request's table, which
+        the token counter and the chain hashes share: each message is hashed once)."""
+        keyed = copy.copy(self)
+        keyed._digests = digests
+        keyed._digest = digests.of
+        return keyed
+
+    def names(self, message: Message) -> tuple[str, ...]:
+        """The names `message` adds to the artifact trail (`names_of`)."""
+        return _cached(self._names, self._digest(message), message, names_of, self._names_size)
+
+    def facts(self, message: Message) -> tuple[Ranked, ...]:
+        """`message`'s ranked facts (`ranked_facts`)."""
+        key = self._digest(message)
+        return _cached(self._facts, key, message, ranked_facts, self._facts_size)
+
+    def apart(self, messages: Iterable[Message]) -> Mentions:
+        """A cache for one piece of work in a worker thread (a plan of `messages`): it knows
+        what this one knows of them, in tables of its own (and a copy of the request's
+        digests). Pass it to `merge` afterwards, on this cache's own thread."""
+        apart = copy.copy(self)
+        apart._names, apart._facts = OrderedDict(), OrderedDict()
+        for message in messages:
+            key = self._digest(message)
+            _copied(self._names, apart._names, key)
+            _copied(self._facts, apart._facts, key)
+        if self._digests is not None:
+            apart._digests = self._digests.copy()
+            apart._digest = apart._digests.of
+        return apart
+
+    def merge(self, apart: Mentions) -> None:
+        """Remember what a cache made by `apart` found (and its digests, when both serve one
+        request)."""
+        for key, names in apart._names.items():
+            _store(self._names, key, names, self._names_size)
+        for key, facts in apart._facts.items():
+            _store(self._facts, key, facts, self._facts_size)
+        if self._digests is not None and apart._digests is not None:
+            self._digests.update(apart._digests)
+
+
+def _cached(
+    cache: OrderedDict[bytes, _T],
+    key: bytes,
+    message: Message,
+    find: Callable[[Message], _T],
+    size: int,
+) -> _T:
+    found = cache.get(key)
+    if found is not None:
+        cache.move_to_end(key)
+        return found
+    found = find(message)
+    _store(cache, key, found, size)
+    return found
+
+
+def _copied(source: OrderedDict[bytes, _T], target: OrderedDict[bytes, _T], key: bytes) -> None:
+    found = source.get(key)
+    if found is not None:
+        target[key] = found
+
+
+def _store(cache: OrderedDict[bytes, _T], key: bytes, value: _T, size: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    if len(cache) > size:
+        cache.popitem(last=False)

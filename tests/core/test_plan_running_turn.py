@@ -1,0 +1,177 @@
+"""The running turn stays whole, and the result the user asks about is cut, never cleared.
+
+Seen with real clients through the proxy: a 70k-token JSON result followed by "which is
+biggest?" was cleared to a one-line placeholder (`auto`) or dropped with its call
+(`truncate`), so the model could not answer; with Codex's large fixed head the cut fell inside
+the running turn and dropped the user message that started it; with the Agents SDK a cut hid
+the running turn's first tool round and the agent ran it again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from proxy.core.messages import Message, role
+from proxy.core.plan import Allowances, Compacted, plan_compaction
+from proxy.core.policy import STRATEGIES
+from proxy.core.summary import note_of, stands_for
+from proxy.core.tool_results import is_cleared
+from proxy.core.units import group_units, pins
+from tests.builders import assistant, assistant_calls, system, tool_result, user
+from tests.core.test_plan import run, situation, words
+from tests.core.words import COUNTER
+
+FILES = [
+    {"path": f"src/pkg{i % 40}/module_{i}.py", "size": (i * 7919) % 100_000, "owner": "team a"}
+    for i in range(4000)
+]
+
+
+def listing() -> list[Message]:
+    """The task, one tool call whose result is a JSON array of 4,000 files, the question."""
+    return [
+        system(),
+        user("list every file in the repo with its size"),
+        assistant_calls("c1", name="list_files"),
+        tool_result("c1", json.dumps(FILES)),
+        user("which is biggest?"),
+    ]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_result_the_user_asks_about_is_cut_never_cleared(strategy: str) -> None:
+    messages = listing()
+    asked = situation(messages, window=16_000, strategy=strategy)
+    result = run(plan_compaction(asked, COUNTER))
+    assert result.messages[:3] == messages[:3]
+    assert result.messages[-1] == messages[-1]
+    content = str(result.messages[3]["content"])
+    assert not is_cleared(result.messages[3])
+    assert "showing " in content
+    assert " of 4000 items" in content
+    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+
+
+def agent_turns(turns: int, rounds: int, size: int) -> list[Message]:
+    """`turns` user turns, each answered by `rounds` tool rounds of `size` words and a reply."""
+    messages = [system(words(50, "rule")), user("the task")]
+    for turn in range(turns):
+        if turn:
+            messages.append(user(f"now step {turn}"))
+        for n in range(rounds):
+            call = f"t{turn}r{n}"
+            messages += [assistant_calls(call), tool_result(call, words(size, f"out{turn}"))]
+        messages.append(assistant(f"step {turn} done"))
+    return messages
+
+
+def test_the_window_never_starts_inside_the_running_turn_while_older_turns_can_go() -> None:
+    finished = agent_turns(4, rounds=2, size=120)
+    running = [user("now the last step"), assistant_calls("x1"), tool_result("x1", words(150))]
+    messages = [*finished, *running, assistant_calls("x2"), tool_result("x2", words(150))]
+    for strategy in STRATEGIES:
+        result = run(plan_compaction(situation(messages, window=1400, strategy=strategy), COUNTER))
+        start = result.messages.index(running[0])  # the question, forwarded in place
+        # Both rounds of the running turn follow it: none was evicted, none cleared.
+        after = result.messages[start + 1 :]
+        assert [m.get("tool_call_id") for m in after if role(m) == "tool"] == ["x1", "x2"]
+        assert not any(is_cleared(m) for m in after), strategy
+
+
+def test_a_running_turn_too_big_for_the_window_has_its_results_cut_first() -> None:
+    finished = agent_turns(2, rounds=1, size=60)
+    running = [user("now the big step")]
+    for n in range(4):
+        running += [assistant_calls(f"b{n}"), tool_result(f"b{n}", words(400, f"big{n}"))]
+    messages = [*finished, *running]
+    asked = situation(messages, window=2000)
+    result = run(plan_compaction(asked, COUNTER))
+    assert isinstance(result, Compacted)
+    assert running[0] in result.messages
+    start = result.messages.index(running[0])
+    kept = [m for m in result.messages[start:] if role(m) == "tool"]
+    assert [m["tool_call_id"] for m in kept] == ["b0", "b1", "b2", "b3"]
+    assert any("cut from the middle" in str(m["content"]) for m in kept)
+    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+
+
+def test_with_nothing_older_to_go_the_running_turn_is_windowed_by_tokens() -> None:
+    # A single-turn agent (the task is the only user message): its old rounds must go.
+    messages = agent_turns(1, rounds=12, size=100)
+    units = group_units(messages)
+    pinned = pins(
+        messages, units, keep_recent=4, pin_first_user=True, recent_tokens=300,
+        count=COUNTER.message,
+    )  # fmt: skip
+    assert pinned.running == 1
+    assert pinned.recent > 2 * 6
+
+
+def test_the_omission_note_counts_what_earlier_notes_stood_for() -> None:
+    first = run(
+        plan_compaction(situation(agent_turns(6, 1, 60), window=500, strategy="truncate"), COUNTER)
+    )
+    assert first.note is not None
+    before = stands_for(first.note)
+    grown = [*first.messages, *agent_turns(6, 1, 60)[2:]]
+    again = run(
+        plan_compaction(
+            situation(grown, window=500, strategy="truncate", notes=first.notes), COUNTER
+        )
+    )
+    assert again.note is not None
+    clients = [m for m in grown if note_of(m) is None]
+    forwarded = {id(m) for m in again.messages}  # the plan keeps the client's own objects
+    gone = [m for m in clients if id(m) not in forwarded]
+    assert stands_for(again.note) == before + len(gone)
+    assert stands_for("no note") == 0
+
+
+def test_a_running_turn_still_too_big_after_its_results_are_cut_is_windowed_like_the_rest() -> None:
+    finished = agent_turns(2, rounds=1, size=60)
+    running = [user("now the long step")]
+    for n in range(30):
+        running += [assistant_calls(f"l{n}"), tool_result(f"l{n}", words(70, f"long{n}"))]
+    messages = [*finished, *running]
+    asked = situation(messages, window=2000)
+    result = run(plan_compaction(asked, COUNTER))
+    assert "release_running" in result.steps
+    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+    assert result.messages[-2:] == messages[-2:]  # the newest round, whole
+
+
+class Overshooting:
+    """Our counter, but every cut message counts 10 tokens more than its size: each cut
+    lands over the size asked for, however often it is made again smaller."""
+
+    def message(self, message: Message) -> int:
+        return COUNTER.message(message) + self.extra([message])
+
+    def messages(self, messages: Sequence[Message]) -> int:
+        return COUNTER.messages(messages) + self.extra(messages)
+
+    def tools(self, body: Mapping[str, Any]) -> int:
+        return COUNTER.tools(body)
+
+    def text(self, text: str) -> int:
+        return COUNTER.text(text)
+
+    @staticmethod
+    def extra(messages: Sequence[Message]) -> int:
+        return 10 * sum("cut from the middle" in str(m.get("content")) for m in messages)
+
+
+def test_cuts_that_keep_overshooting_still_land_the_running_turn() -> None:
+    finished = agent_turns(2, rounds=1, size=60)
+    running = [user("now the big step")]
+    for n in range(4):
+        running += [assistant_calls(f"b{n}"), tool_result(f"b{n}", words(400, f"big{n}"))]
+    asked = situation([*finished, *running], window=2000)
+    result = run(plan_compaction(asked, Overshooting()))
+    assert "trim_recent" in result.steps
+    assert running[0] in result.messages
+    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
