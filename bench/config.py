@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from bench.workloads import WORKLOADS, WorkloadKey
 from proxy.mock_upstream import SummaryQuality
 
 Api = Literal["chat", "responses"]
@@ -54,6 +55,8 @@ class Size:
     matrix_apis: tuple[Api, ...] = APIS
     """Each cell runs once per API: the same workload over chat completions and over the
     Responses API."""
+    matrix_workloads: tuple[WorkloadKey, ...] = WORKLOADS
+    """The workloads of the matrix (`--workload` picks among all of them whatever the size)."""
 
 
 SIZES = {
@@ -122,5 +125,8 @@ SIZES = {
         matrix_summarizers=("poor",),
         matrix_history=1.5,
         matrix_max_calls=24,
+        # The three first workloads: `tests/test_bench_smoke.py` runs a small cell of each
+        # of the others on its own, in seconds.
+        matrix_workloads=("tool-heavy", "chatty", "typed"),
     ),
 }

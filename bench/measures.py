@@ -184,6 +184,27 @@ class Check:
     kept: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """A value a later statement replaced, and the line of the last forwarded request's
+    compaction block that still holds it (None: it is gone, as it must be)."""
+
+    key: str
+    line: str | None
+    heading: str = ""
+    """The heading of the block's part that holds it (a summary's section, the ledger)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """How many of the forwarded requests judged hold a property, and what the first of
+    those that do not (or, where every request is described, each one) showed."""
+
+    held: int
+    judged: int
+    details: tuple[str, ...] = ()
+
+
 @dataclass(slots=True)
 class CellResult:
     """One cell of the effectiveness matrix: a workload through the proxy at one window
@@ -216,10 +237,26 @@ class CellResult:
     prefix_stable_share: float = float("nan")
     checks: list[Check] = field(default_factory=list)
     wall_s: float = 0.0
+    strategy: str | None = None
+    """The `context.strategy` the proxy ran with (None: its default, nothing configured)."""
+    stale: list[Stale] = field(default_factory=list)
+    """The replaced values, judged in the last forwarded request's compaction block."""
+    running_user: Tally | None = None
+    """Forwarded requests with the running turn's user message in place (when judged)."""
+    running_rounds: Tally | None = None
+    """...and with every tool round the client sent after it."""
+    result_cut: Tally | None = None
+    """Requests after an oversized result that forward it cut, with its item note."""
+    extra_rounds: int = 0
+    """Tool rounds the agent asked for beyond a turn's plan: it ran again what a cut inside
+    its turn hid from it."""
+    abandoned_turns: int = 0
+    """Turns the client gave up on when the agent's rounds reached twice the plan (plus 2)."""
 
     @property
     def name(self) -> str:
-        return f"{self.window // 1024}k {self.workload} {self.summarizer} ({self.api})"
+        workload = f"{self.workload} {self.strategy}" if self.strategy else self.workload
+        return f"{self.window // 1024}k {workload} {self.summarizer} ({self.api})"
 
     @property
     def compactions(self) -> int:
@@ -264,3 +301,8 @@ class CellResult:
     @property
     def lost(self) -> list[str]:
         return [c.key for c in self.checks if not c.kept]
+
+    @property
+    def stale_found(self) -> list[Stale]:
+        """The replaced values still in the compaction block."""
+        return [stale for stale in self.stale if stale.line is not None]

@@ -15,11 +15,12 @@ from bench.measures import (
     CellResult,
     Measure,
     SessionResult,
+    Tally,
     median,
 )
 from bench.profiling import Profile
 from bench.targets import API_NAMES, Verdict, cell_misses, pressure
-from bench.workloads import KINDS, TITLES
+from bench.workloads import KINDS, LABELLED_KINDS, TITLES
 
 _LABELS = {DIRECT: "direct", PROXY: "compaction-proxy", LITELLM: "LiteLLM proxy"}
 _STATUS = {"met": "**met**", "missed": "**MISSED**", "not measured": "not measured"}
@@ -280,13 +281,19 @@ def _sessions(run: Run) -> list[str]:
     ]
 
 
+def _title(cell: CellResult) -> str:
+    """The cell's workload as the tables name it, with the strategy its proxy ran."""
+    title = TITLES.get(cell.workload, cell.workload)
+    return f"{title}, `{cell.strategy}`" if cell.strategy else title
+
+
 def _matrix_row(cell: CellResult) -> list[str]:
     kept, checked = cell.kept()
     landings = cell.landing_pressures
     highest = f" ({pressure(max(landings))})" if landings else ""
     misses = cell_misses(cell)
     return [
-        f"{cell.window:,}", TITLES.get(cell.workload, cell.workload),
+        f"{cell.window:,}", _title(cell),
         cell.summarizer, cell.api, str(cell.model_calls), f"{cell.history_windows:.1f}",
         str(cell.compactions), num(cell.requests_per_compaction),
         f"{cell.landings_above_target}{highest}",
@@ -317,11 +324,11 @@ def _api_comparison(cells: list[CellResult]) -> list[str]:
     apis = list(dict.fromkeys(cell.api for cell in cells))
     pairs: dict[tuple[int, str, str], dict[str, CellResult]] = {}
     for cell in cells:
-        pairs.setdefault((cell.window, cell.workload, cell.summarizer), {})[cell.api] = cell
+        pairs.setdefault((cell.window, _title(cell), cell.summarizer), {})[cell.api] = cell
     rows = [
-        [f"{window:,}", TITLES.get(workload, workload), summarizer,
+        [f"{window:,}", title, summarizer,
          *(" / ".join(value(by_api[api]) for api in apis) for _, value in _COMPARED)]
-        for (window, workload, summarizer), by_api in pairs.items()
+        for (window, title, summarizer), by_api in pairs.items()
         if len(by_api) == len(apis)
     ]  # fmt: skip
     if len(apis) < 2 or not rows:
@@ -343,11 +350,96 @@ def _typed_rows(cells: list[CellResult]) -> list[list[str]]:
     return rows
 
 
+def _fraction(tally: Tally | None) -> str:
+    return f"{tally.held}/{tally.judged}" if tally is not None else "-"
+
+
+def _labelled_rows(cells: list[CellResult]) -> list[list[str]]:
+    rows = []
+    for cell in cells:
+        if cell.workload != "labelled":
+            continue
+        counts = [cell.kept(kind) for kind in LABELLED_KINDS]
+        kept, checked = cell.kept()
+        row = [f"{cell.window:,}", cell.summarizer, cell.api, *(f"{k}/{n}" for k, n in counts)]
+        stale = f"{len(cell.stale_found)}/{len(cell.stale)}"
+        rows.append([*row, f"{kept}/{checked}", stale])
+    return rows
+
+
+def _after_first(cell: CellResult) -> str:
+    """Each answered request after the first: its pressure and what the proxy applied."""
+    after = zip(cell.applied[1:], cell.pressures[1:], strict=True)
+    return ", ".join(f"{pressure(p)} ({applied})" for applied, p in after) or "-"
+
+
+def _oversized_rows(cells: list[CellResult]) -> list[list[str]]:
+    return [
+        [f"`{cell.strategy}`", cell.summarizer, cell.api, _fraction(cell.result_cut),
+         "; ".join(cell.result_cut.details) if cell.result_cut else "-", _after_first(cell)]
+        for cell in cells
+        if cell.workload == "oversized-result"
+    ]  # fmt: skip
+
+
+def _fixed_heavy_rows(cells: list[CellResult]) -> list[list[str]]:
+    return [
+        [f"{cell.window:,}", cell.summarizer, cell.api, str(cell.model_calls),
+         str(cell.compactions), num(cell.requests_per_compaction),
+         _fraction(cell.running_user), _fraction(cell.running_rounds),
+         str(cell.extra_rounds), str(cell.abandoned_turns),
+         f"{pressure(max(cell.landing_pressures)) if cell.compactions else '-'}"
+         f" / {cell.target:.3f}"]
+        for cell in cells
+        if cell.workload == "fixed-heavy"
+    ]  # fmt: skip
+
+
+def _issue_tables(cells: list[CellResult]) -> list[str]:
+    """The tables of what issue 21 measures, where its cells ran."""
+    labelled, oversized, heavy = (
+        _labelled_rows(cells), _oversized_rows(cells), _fixed_heavy_rows(cells)
+    )  # fmt: skip
+    lines: list[str] = []
+    if labelled:
+        header = ("window", "summarizer", "API", *LABELLED_KINDS, "all", "replaced, in block")
+        lines += [
+            "Labelled statements kept, by type; replaced values still in the last request's "
+            "compaction block:",
+            "",
+            *_table(header, labelled, 3),
+        ]
+    if oversized:
+        header = (
+            "strategy", "summarizer", "API", "forwarded cut", "each request after it",
+            "each request after it: pressure (applied)",
+        )  # fmt: skip
+        lines += ["The oversized newest result (16k window):", "", *_table(header, oversized, 3)]
+    if heavy:
+        header = (
+            "window", "summarizer", "API", "calls", "compactions", "requests / compaction",
+            "user message in place", "rounds held", "extra rounds", "turns abandoned",
+            "highest landing / its target",
+        )  # fmt: skip
+        lines += ["The fixed-heavy agent, request by request:", "", *_table(header, heavy, 3)]
+    return lines
+
+
 def _cell_details(cell: CellResult) -> str:
     strategies = ", ".join(f"`{k}` x{v}" for k, v in sorted(cell.strategies.items())) or "none"
     parts = [f"- {cell.name}: {cell.user_turns} user turns, {strategies}"]
     if cell.lost:
         parts.append("lost " + ", ".join(f"`{key}`" for key in cell.lost))
+    for stale in cell.stale_found:
+        parts.append(f'`{stale.key}` still in the block: "{stale.line}" under "{stale.heading}"')
+    for tally in (cell.running_user, cell.running_rounds):
+        if tally is not None and tally.held < tally.judged:
+            parts.append(" | ".join(tally.details))
+    if cell.extra_rounds or cell.abandoned_turns:
+        parts.append(
+            f"{cell.extra_rounds} tool rounds beyond the plan, {cell.abandoned_turns} turns "
+            "abandoned at the cap"
+        )
     if cell.strict_rejections:
         parts.append(f"{cell.strict_rejections} strict refusals")
     if cell.error_samples:
@@ -361,6 +453,19 @@ def _matrix_intro(cells: list[CellResult]) -> str:
         f" At {window:,} tokens the tool results and the model's replies are {factor:g}x "
         "larger, so that the cell compacts several times within the call cap."
         for window, factor in scaled
+    )
+    workloads = {cell.workload for cell in cells}
+    heavy = (
+        " The fixed-heavy agent's landings are judged in the room its instructions and tools "
+        "leave: f + t x (1 - f), f their share of the usable input in the provider's count, t "
+        "the default `compaction_target`."
+        if "fixed-heavy" in workloads
+        else ""
+    ) + (
+        " Replaced values (labelled statements): judged in the last request's compaction "
+        "block (the proxy's notes), not in the messages it forwarded as they came."
+        if "labelled" in workloads
+        else ""
     )
     return (
         "Each cell: a scripted session through a `compaction-proxy serve` on its default "
@@ -382,7 +487,7 @@ def _matrix_intro(cells: list[CellResult]) -> str:
         "`encrypted_content`, which the mock refuses altered or parted from the items they "
         "preceded); for `responses` the history is counted as the provider counts items "
         "(a reasoning item as a quarter of its ciphertext). Strict refusals: requests the "
-        "mock refused for broken tool pairing, role order or reasoning items." + bulk
+        "mock refused for broken tool pairing, role order or reasoning items." + bulk + heavy
     )
 
 
@@ -409,6 +514,7 @@ def _matrix(run: Run) -> list[str]:
             if typed
             else []
         ),
+        *_issue_tables(run.cells),
         "Per cell: the strategies applied, what was lost, errors.",
         "",
         *(_cell_details(cell) for cell in run.cells),

@@ -3,7 +3,7 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 
     python -m bench.suite [--size default|quick|smoke] [--no-litellm] [--no-profile]
                           [--no-overhead] [--no-sessions] [--no-store-load]
-                          [--no-matrix | --matrix-only]
+                          [--no-matrix | --matrix-only] [--workload NAME ...]
                           [--upstream-latency-ms 0] [--chunks 64] [--out bench/results]
 
 1. Overhead: a fast mock upstream (`bench/mock_server.py`), `compaction-proxy serve` and
@@ -13,7 +13,8 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
    window, and straight to the mock (`bench/cases/session.py`).
 3. The effectiveness matrix: windows x workloads x summarizers x APIs (chat completions and
    the Responses API), each cell a scripted session through a proxy on its default settings
-   (`bench/cases/matrix.py`, `bench/cases/matrix_clients.py`, `bench/workloads.py`).
+   (`bench/cases/matrix.py`, `bench/cases/matrix_clients.py`, `bench/workloads.py`), what
+   its forwarded requests show judged by `bench/forwarded.py`; `--workload` runs only some.
 4. The store under load: concurrent streams, each its own conversation, through the proxy on
    a private redis-server; its store errors and what Redis kept (`bench/cases/store_load.py`).
 5. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
@@ -29,6 +30,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import uvloop
@@ -49,7 +51,7 @@ from bench.targets import (
     session_verdicts,
     store_load_verdict,
 )
-from bench.workloads import Workload
+from bench.workloads import WORKLOADS, Workload, WorkloadKey
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.core.tokens import O200K_BASE, ApproximateEncoder, TokenCounter
 
@@ -101,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the effectiveness matrix (no overhead, sessions or LiteLLM)",
     )
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=WORKLOADS,
+        default=[],
+        help="only this workload in the matrix (repeatable; any workload, whatever the size)",
+    )
     parser.add_argument("--upstream-latency-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -141,8 +150,11 @@ async def _sessions(
     run.verdicts += session_verdicts(direct, [s for s in run.sessions if s.via_proxy])
 
 
-def _matrix_plan(size: Size, counter: TokenCounter) -> list[tuple[matrix.CellSpec, Workload]]:
-    return [(spec, matrix.workload_for(spec, size, counter)) for spec in matrix.cell_specs(size)]
+def _matrix_plan(
+    size: Size, counter: TokenCounter, workloads: Sequence[WorkloadKey]
+) -> list[tuple[matrix.CellSpec, Workload]]:
+    specs = matrix.cell_specs(size, workloads)
+    return [(spec, matrix.workload_for(spec, size, counter)) for spec in specs]
 
 
 async def _matrix(
@@ -211,7 +223,7 @@ async def _run(args: argparse.Namespace, run: Run) -> None:
     if not args.no_sessions:
         progress.add_total(len(PLANS) * size.session_calls)
     # Planned before anything runs: the progress bar counts every cell's calls.
-    cells = [] if args.no_matrix else _matrix_plan(size, counter)
+    cells = [] if args.no_matrix else _matrix_plan(size, counter, args.workload)
     progress.add_total(sum(workload.calls for _, workload in cells))
     if not args.no_overhead:
         await _overhead_part(args, run, counter, progress)
@@ -242,7 +254,8 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
             f"summarizers {', '.join(size.matrix_summarizers)}; APIs "
             f"{', '.join(size.matrix_apis)}; sessions grow to "
             f"{size.matrix_history:g} windows of history, at most {size.matrix_max_calls} "
-            "model calls per cell"
+            "model calls per cell; workloads "
+            f"{', '.join(args.workload or size.matrix_workloads)}"
         ),
         "upstream latency": f"{args.upstream_latency_ms:g} ms",
         "stream": f"{args.chunks} content chunks, sent back to back",

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bench.cases.store_load import StoreLoadResult
-from bench.measures import LITELLM, PROXY, CaseResult, CellResult, SessionResult
+from bench.measures import LITELLM, PROXY, CaseResult, CellResult, SessionResult, Tally
 
 Status = Literal["met", "missed", "not measured"]
+USER_STATED = frozenset({"tool-heavy", "chatty", "typed"})
+"""The workloads whose checks are the user's typed statements and facts (`kept`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +162,9 @@ def pressure(value: float) -> str:
 def _no_high_landing(cell: CellResult) -> tuple[bool | None, str]:
     above, landings = cell.landings_above_target, cell.landing_pressures
     peak = f", highest {pressure(max(landings))}" if landings else ""
-    return above == 0, f"{above} of {cell.compactions}{peak}"
+    # A head-heavy cell's target is in the room its instructions and tools leave.
+    own = f" (its target {cell.target:.3f})" if cell.workload == "fixed-heavy" else ""
+    return above == 0, f"{above} of {cell.compactions}{peak}{own}"
 
 
 def _rare_compactions(cell: CellResult) -> tuple[bool | None, str]:
@@ -173,6 +177,39 @@ def _rare_compactions(cell: CellResult) -> tuple[bool | None, str]:
 def _all_kept(cell: CellResult) -> tuple[bool | None, str]:
     kept, checked = cell.kept()
     return kept == checked, f"{kept} of {checked}"  # what was lost: the report's details
+
+
+def _stale_gone(cell: CellResult) -> tuple[bool | None, str]:
+    if not cell.stale:
+        return None, "no replaced value"
+    found = cell.stale_found
+    return not found, f"{len(found)} of {len(cell.stale)} still there" + "".join(
+        f'; `{stale.key}` under "{stale.heading}"' for stale in found
+    )
+
+
+def _tally(read: Callable[[CellResult], Tally | None]) -> CellCheck:
+    """A check that every forwarded request judged holds the tallied property."""
+
+    def check(cell: CellResult) -> tuple[bool | None, str]:
+        tally = read(cell)
+        if tally is None or not tally.judged:
+            return None, "no request judged"
+        details = "".join(f"; {detail}" for detail in tally.details if detail)
+        return tally.held == tally.judged, f"{tally.held} of {tally.judged}{details}"
+
+    return check
+
+
+def _landed_after_result(cell: CellResult) -> tuple[bool | None, str]:
+    # The first request is the one the result answers; the compactions after it cut it.
+    after = list(zip(cell.applied[1:], cell.pressures[1:], strict=True))
+    if not after:
+        return None, "no request after the result"
+    landings = [p for applied, p in after if applied != "none"]
+    above = sum(p > cell.target for p in landings)
+    shown = ", ".join(f"{pressure(p)} ({applied})" for applied, p in after)
+    return bool(landings) and above == 0, f"{above} of {len(landings)} above; {shown}"
 
 
 def _no_client_error(cell: CellResult) -> tuple[bool | None, str]:
@@ -252,8 +289,65 @@ MATRIX_TARGETS = (
         "kept",
         "user-stated rules, constraints, facts, goals, preferences kept, useless summarizer",
         "100 % in every cell",
-        lambda cell: cell.summarizer == "poor",
+        lambda cell: cell.summarizer == "poor" and cell.workload in USER_STATED,
         _all_kept,
+    ),
+    # Issue 21: what the agent needs, kept with either summarizer.
+    MatrixTarget(
+        "labelled",
+        "labelled statements kept (each subject's latest value), both summarizers",
+        "100 % in every cell",
+        lambda cell: cell.workload == "labelled",
+        _all_kept,
+    ),
+    MatrixTarget(
+        "stale",
+        "replaced values in the last request's compaction block, labelled statements",
+        "0 in every cell",
+        lambda cell: cell.workload == "labelled",
+        _stale_gone,
+    ),
+    MatrixTarget(
+        "identifiers",
+        "identifiers only tool results carried, kept, both summarizers",
+        "100 % in every cell",
+        lambda cell: cell.workload == "artifacts",
+        _all_kept,
+    ),
+    MatrixTarget(
+        "result-cut",
+        "the oversized newest result forwarded cut with its item note, every strategy",
+        "in every request after it",
+        lambda cell: cell.workload == "oversized-result",
+        _tally(lambda cell: cell.result_cut),
+    ),
+    MatrixTarget(
+        "result-landing",
+        "compactions carrying the oversized result at or below the target, every strategy",
+        "at least one, each x-context-pressure <= compaction_target {target:g}",
+        lambda cell: cell.workload == "oversized-result",
+        _landed_after_result,
+    ),
+    MatrixTarget(
+        "running-user",
+        "the running turn's user message forwarded in place, fixed-heavy agent",
+        "in every forwarded request",
+        lambda cell: cell.workload == "fixed-heavy",
+        _tally(lambda cell: cell.running_user),
+    ),
+    MatrixTarget(
+        "running-rounds",
+        "no cut inside the running turn (its every tool round held), fixed-heavy agent",
+        "in every forwarded request",
+        lambda cell: cell.workload == "fixed-heavy",
+        _tally(lambda cell: cell.running_rounds),
+    ),
+    MatrixTarget(
+        "head-frequency",
+        "requests per compaction, fixed-heavy agent",
+        ">= 3",
+        lambda cell: cell.workload == "fixed-heavy",
+        _rare_compactions,
     ),
 )
 

@@ -1,8 +1,9 @@
 """The effectiveness matrix's workloads: scripted sessions, deterministic and seeded.
 
 A workload is what a client says and what its tools return, planned before the session
-runs: the user turns (with the statements planted in them), the size of every tool result,
-and the model's answers (played by `proxy.mock_upstream`'s `AgentScript`). Three of them:
+runs: the user turns (with the statements planted in them), the size of every tool result
+(or its text, where the workload writes it), and the model's answers (played by
+`proxy.mock_upstream`'s `AgentScript`). Seven of them:
 
 - `tool-heavy`: a coding agent; each user turn (about 2,600 tokens) is a user message, two
   tool calls (one per round) with results of log-normal size around 900 tokens, and a reply
@@ -12,6 +13,17 @@ and the model's answers (played by `proxy.mock_upstream`'s `AgentScript`). Three
 - `typed`: a user making typed statements (safety rules, hard constraints, facts, goal
   state, preferences), some of them updated later with a new value; every user turn is
   followed by one tool round trip (a result of 300-900 tokens) and an answer.
+- `labelled`: the same shape, the statements written under shared category labels as users
+  and agent frameworks write them (`FACT: ...`, `GOAL STATE: ...`, `USER PREFERENCE: ...`,
+  `Note: ...`, `TODO: ...`), with stale updates of one subject and near-duplicates about
+  different subjects; the replaced values must be gone from the compaction block.
+- `artifacts`: a tool-heavy agent whose early tool results alone carry identifiers in their
+  first lines (a build id, a checksum, a version, a path), which the user asks for at the end.
+- `oversized-result`: one tool result of about 72k tokens (a JSON array of 4,000 files), then
+  "Which is biggest?": the result must be forwarded cut, never cleared or dropped.
+- `fixed-heavy`: an agent with a Codex-sized head (about 7,500 tokens of instructions and tool
+  schemas) whose user turns are about 7k tokens each: a pasted file chunk and many small
+  tool rounds, so that the running turn alone outgrows the room the head leaves.
 
 What is checked afterwards is a set of exact substrings (a paraphrase is a loss, as in the
 evaluations the proxy must pass); for an updated statement, its latest value. No generated
@@ -30,19 +42,34 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from proxy.core.tokens import TokenCounter
 from proxy.mock_upstream import AgentScript
 
-Kind = Literal["rule", "constraint", "fact", "goal", "preference"]
+Kind = Literal["rule", "constraint", "fact", "goal", "preference", "note", "artifact"]
 KINDS: Final[tuple[Kind, ...]] = ("rule", "constraint", "fact", "goal", "preference")
-WorkloadKey = Literal["tool-heavy", "chatty", "typed"]
-WORKLOADS: Final[tuple[WorkloadKey, ...]] = ("tool-heavy", "chatty", "typed")
+"""The kinds of the typed statements."""
+LABELLED_KINDS: Final[tuple[Kind, ...]] = (
+    "fact",
+    "goal",
+    "preference",
+    "rule",
+    "constraint",
+    "note",
+)
+WorkloadKey = Literal[
+    "tool-heavy", "chatty", "typed", "labelled", "artifacts", "oversized-result", "fixed-heavy"
+]
+WORKLOADS: Final[tuple[WorkloadKey, ...]] = get_args(WorkloadKey)
 TITLES: Final[dict[str, str]] = {
     "tool-heavy": "tool-heavy agent",
     "chatty": "chatty assistant",
     "typed": "typed statements",
+    "labelled": "labelled statements",
+    "artifacts": "tool-only identifiers",
+    "oversized-result": "oversized newest result",
+    "fixed-heavy": "fixed-heavy agent",
 }
 
 # Framing the counter adds per message and per tool call: close enough for planning.
@@ -52,9 +79,11 @@ _CALL_TOKENS: Final = 30
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """Something the user says that must reach the model: `key` is checked verbatim.
+    """Something said that must reach the model (the user's words, or the first line of a
+    tool result): `key` is checked verbatim.
 
-    Statements sharing a `topic` update one another: only the latest one's key is checked.
+    Statements sharing a `topic` update one another: only the latest one's key is checked,
+    and the earlier ones' keys are stale (see `Workload.stale`).
     """
 
     kind: Kind
@@ -68,6 +97,9 @@ class UserTurn:
     text: str
     tool_tokens: tuple[int, ...]
     """The size of each tool result the client returns this turn, in tokens."""
+    texts: tuple[str | None, ...] = ()
+    """The text of each of this turn's first tool results where the workload wrote it (None:
+    one of the planned size is generated, as for every result after these)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +111,16 @@ class Workload:
     turns: tuple[UserTurn, ...]
     statements: tuple[Statement, ...]
     """Every statement planted, updates included, in the order the user makes them."""
+    running_turn: bool = False
+    """Judge every forwarded request for the running turn: its user message forwarded in
+    place, and every tool round the client sent after it."""
+    result_items: int = 0
+    """The items of the session's first tool result, a JSON array too large to forward
+    whole: judge that every later request forwards it cut, with its "showing N of M items"
+    note (0: nothing to judge)."""
+    head_heavy: bool = False
+    """The instructions and tools take most of the usable input: the compaction target
+    applies to the room they leave."""
 
     @property
     def calls(self) -> int:
@@ -93,6 +135,13 @@ class Workload:
             latest.pop(statement.topic or statement.key, None)  # keeps first-seen order
             latest[statement.topic or statement.key] = statement
         return tuple(latest.values())
+
+    @property
+    def stale(self) -> tuple[Statement, ...]:
+        """The statements a later one of the same topic replaced: their keys must be gone
+        from the compaction block."""
+        latest = {s.topic: s for s in self.statements if s.topic}
+        return tuple(s for s in self.statements if s.topic and latest[s.topic] is not s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +213,110 @@ UPDATES: Final = (
     ),
     Statement("preference", "My timezone is now Europe/Berlin.", "Europe/Berlin", "tz"),
     Statement("constraint", "Scripts must now run on Python 3.12.", "Python 3.12", "python"),
+)
+
+# The labelled statements: shared category labels, as users and agent frameworks write them.
+# Under one label, a statement about another subject is a new statement (four FACT: lines are
+# four facts); near-duplicates about different things (the staging and the production
+# database, two TODOs, two restart rules) must not merge. Rules never replace each other.
+LABELLED: Final = (
+    Statement(
+        "fact",
+        "FACT: The project codename is LANTERN and the launch deadline is 2026-11-15.",
+        "LANTERN and the launch deadline is 2026-11-15",
+    ),
+    Statement(
+        "fact",
+        "FACT: The production database is Postgres 15 in us-west-2.",
+        "Postgres 15 in us-west-2",
+        "production database",
+    ),
+    Statement(
+        "fact", "FACT: The staging database is Postgres 14.", "staging database is Postgres 14"
+    ),
+    Statement("fact", "FACT: The on-call engineer this week is Dana Okafor.", "Dana Okafor"),
+    Statement("goal", "GOAL STATE: Steps 1-2 of 5 are done.", "Steps 1-2 of 5", "steps"),
+    Statement(
+        "goal",
+        "GOAL STATE: The payments API is migrated to the v2 endpoints.",
+        "migrated to the v2 endpoints",
+    ),
+    Statement(
+        "goal", "GOAL STATE: The invoice exporter is blocked on ticket OPS-4471.", "OPS-4471"
+    ),
+    Statement(
+        "goal",
+        "GOAL STATE: Load tests for the checkout flow are scheduled for Thursday.",
+        "scheduled for Thursday",
+    ),
+    Statement(
+        "preference", "USER PREFERENCE: Answer in at most 5 bullet points.", "at most 5 bullet"
+    ),
+    Statement(
+        "preference",
+        "USER PREFERENCE: Give times in UTC and dates as YYYY-MM-DD.",
+        "times in UTC and dates as YYYY-MM-DD",
+    ),
+    Statement("preference", "USER PREFERENCE: Call me Sam.", "Call me Sam"),
+    Statement(
+        "preference",
+        "USER PREFERENCE: Show shell commands in fenced code blocks.",
+        "fenced code blocks",
+    ),
+    Statement(
+        "rule",
+        "RULE: Never restart the primary database during business hours.",
+        "Never restart the primary database during business hours",
+    ),
+    Statement(
+        "rule",
+        "RULE: Never restart the replica database without a fresh snapshot.",
+        "Never restart the replica database without a fresh snapshot",
+    ),
+    Statement("constraint", "Budget: $500", "$500", "budget"),
+    Statement(
+        "constraint",
+        "HARD CONSTRAINT: Every migration must finish within a 30-minute window.",
+        "30-minute window",
+    ),
+    Statement(
+        "note",
+        "Note: the vendor API rate limit resets at midnight UTC.",
+        "rate limit resets at midnight UTC",
+    ),
+    Statement("note", "TODO: Email Alice about the invoice exporter.", "Email Alice"),
+    Statement("note", "TODO: Email Bob about the load tests.", "Email Bob"),
+)
+# The same subjects with new values: the earlier values are stale.
+LABELLED_UPDATES: Final = (
+    Statement("constraint", "Budget: $700", "$700", "budget"),
+    Statement("goal", "GOAL STATE: Steps 1-3 of 5 are done.", "Steps 1-3 of 5", "steps"),
+    Statement(
+        "fact",
+        "FACT: The production database is now MySQL 8 in us-east-1.",
+        "MySQL 8 in us-east-1",
+        "production database",
+    ),
+)
+
+# The identifiers only tool results carry, each in the first line of one early result; the
+# user and the model never repeat them.
+_SHA256: Final = "4e1b9f0c7a3d2e8b6f5a1c9d0e7b3a2f8c6d4e1f0a9b8c7d6e5f4a3b2c1d0e9f"
+ARTIFACTS: Final = (
+    Statement(
+        "artifact", "Build finished: build-7f3a9c21 (3 artifacts uploaded).", "build-7f3a9c21"
+    ),
+    Statement("artifact", f"sha256 of dist/app-bundle.tar.gz: {_SHA256}", _SHA256),
+    Statement("artifact", "Packaged version: v4.19.2", "v4.19.2"),
+    Statement(
+        "artifact",
+        "Release directory: /var/lib/app/releases/2026-11-03",
+        "/var/lib/app/releases/2026-11-03",
+    ),
+)
+ARTIFACTS_QUESTION: Final = (
+    "Before we ship: which build id, sha256 checksum, version and release directory did the "
+    "tools report at the start of this session? I need them for the release notes."
 )
 
 
@@ -341,9 +494,17 @@ def _with_statements(bodies: list[str], placed: dict[int, list[Statement]]) -> l
     ]
 
 
-def _turns(draft: _Draft, placed: dict[int, list[Statement]]) -> tuple[UserTurn, ...]:
+def _turns(
+    draft: _Draft,
+    placed: dict[int, list[Statement]],
+    results: dict[int, tuple[str | None, ...]] | None = None,
+) -> tuple[UserTurn, ...]:
     texts = _with_statements(draft.bodies, placed)
-    return tuple(UserTurn(t, tools) for t, tools in zip(texts, draft.tool_tokens, strict=True))
+    written = results or {}
+    return tuple(
+        UserTurn(text, tools, written.get(index, ()))
+        for index, (text, tools) in enumerate(zip(texts, draft.tool_tokens, strict=True))
+    )
 
 
 def tool_heavy(plan: Plan, counter: TokenCounter) -> Workload:
@@ -407,8 +568,175 @@ def typed(plan: Plan, counter: TokenCounter) -> Workload:
     )
 
 
+def labelled(plan: Plan, counter: TokenCounter) -> Workload:
+    """The typed workload's shape with labelled statements: the first ones in the first half
+    of the turns, the updates of three subjects at 55-75 %."""
+    draft = _draft(plan, counter, seed=404)
+    while draft.room(2) or not draft.bodies:
+        request = "Please look into this. " + prose(draft.rng, draft.rng.randint(15, 40), counter)
+        result = round(draft.rng.uniform(300, 900) * plan.bulk)
+        answer = prose(draft.rng, round(draft.rng.uniform(60, 140) * plan.bulk), counter)
+        draft.add(request, (result,), answer)
+    turns = len(draft.bodies)
+    placed = spread(LABELLED, turns, 0.0, 0.5)
+    for turn, updates in spread(LABELLED_UPDATES, turns, 0.55, 0.75).items():
+        placed.setdefault(turn, []).extend(updates)
+    return Workload(
+        "labelled",
+        "You are an operations agent; use the tools to answer.",
+        TOOLS,
+        _script(1, tuple(draft.answers)),
+        _turns(draft, placed),
+        (*LABELLED, *LABELLED_UPDATES),
+    )
+
+
+def artifacts(plan: Plan, counter: TokenCounter) -> Workload:
+    """A tool-heavy agent with ~600-token results: the identifiers open early results (in
+    the first quarter of them, from the second turn on), the last turn asks for them."""
+    draft = _draft(plan, counter, seed=505)
+    while draft.room(3) or not draft.bodies:
+        request = "Next step of the release. " + prose(
+            draft.rng, draft.rng.randint(60, 160), counter
+        )
+        tools = (draft.sized(600, 0.3, 300, 1200), draft.sized(600, 0.3, 300, 1200))
+        answer = prose(draft.rng, round(draft.rng.uniform(100, 200) * plan.bulk), counter)
+        draft.add(request, tools, answer)
+    draft.bodies[-1] = ARTIFACTS_QUESTION
+    return Workload(
+        "artifacts",
+        "You are a release agent working in the user's repository.",
+        TOOLS,
+        _script(2, tuple(draft.answers)),
+        _turns(draft, {}, _identifier_results(draft, counter)),
+        ARTIFACTS,
+    )
+
+
+def _identifier_results(draft: _Draft, counter: TokenCounter) -> dict[int, tuple[str | None, ...]]:
+    """Each identifier as the first line of one early result, the rest of it a test log of
+    the planned size: spread over the first quarter of the results after the first turn."""
+    slots = [(t, r) for t in range(1, len(draft.bodies)) for r in range(len(draft.tool_tokens[t]))]
+    early = slots[: max(len(ARTIFACTS), len(slots) // 4)]
+    written: dict[int, list[str | None]] = {}
+    for index, statement in enumerate(ARTIFACTS):
+        turn, round_ = early[index * len(early) // len(ARTIFACTS)]
+        texts = written.setdefault(turn, [None] * len(draft.tool_tokens[turn]))
+        size = draft.tool_tokens[turn][round_]
+        log = tool_output("run_tests", size - counter.text(statement.text), 900 + index, counter)
+        texts[round_] = f"{statement.text}\n{log}"
+    return {turn: tuple(texts) for turn, texts in written.items()}
+
+
+LISTED_FILES: Final = 4_000
+
+
+def file_listing(count: int = LISTED_FILES) -> str:
+    """A JSON array of `count` file records (path and size), about 18 tokens each; the
+    biggest file sits in the middle, where a head and a tail do not show it."""
+    rng = random.Random(606)
+    sizes = [rng.randint(100, 99_999) for _ in range(count)]
+    sizes[count // 2] = 250_000
+    return json.dumps(
+        [
+            {"path": f"src/{rng.choice(_MODULES)}/m{index}.py", "size": size}
+            for index, size in enumerate(sizes)
+        ]
+    )
+
+
+def oversized_result(plan: Plan, counter: TokenCounter) -> Workload:
+    """One call listing 4,000 files (about 72k tokens), then "Which is biggest?"; the agent
+    answers each turn after its one call (the plan's size does not matter)."""
+    listing = file_listing()
+    arguments = json.dumps({"path": "src"})
+    return Workload(
+        "oversized-result",
+        "You are a coding agent working in the user's repository.",
+        (_schema("list_files", "List the files under a directory with their sizes, as JSON."),),
+        AgentScript(
+            calls=(("list_files", arguments),),
+            rounds_per_turn=1,
+            cycle=False,
+            answers=("Here is the listing.", "The biggest file is the one I found above."),
+        ),
+        (
+            UserTurn(
+                "List every file under src/ with its size in bytes.",
+                (counter.text(listing),),
+                (listing,),
+            ),
+            UserTurn("Which is biggest?", ()),
+        ),
+        (),
+        result_items=LISTED_FILES,
+    )
+
+
+FIXED_HEAD_TOKENS: Final = 7_500
+"""The fixed-heavy agent's instructions and tools (ours; the provider counts 8,250): 70 % of
+a 16k window's usable input, as Codex's are."""
+_FIXED_ROUNDS: Final = 14
+_CODEX_TOOLS: Final = (
+    "shell", "apply_patch", "read_file", "run_tests", "grep", "list_dir", "update_plan",
+    "view_image", "web_search", "write_file",
+)  # fmt: skip
+
+
+def _codex_tools(rng: random.Random, counter: TokenCounter) -> tuple[dict[str, Any], ...]:
+    """Ten tool schemas with long descriptions and described parameters, about 2k tokens."""
+    tools = []
+    for name in _CODEX_TOOLS:
+        properties = {
+            field: {"type": "string", "description": prose(rng, 25, counter)}
+            for field in ("target", "mode", "reason")
+        }
+        function = {
+            "name": name,
+            "description": prose(rng, 120, counter),
+            "parameters": {"type": "object", "properties": properties, "required": ["target"]},
+        }
+        tools.append({"type": "function", "function": function})
+    return tuple(tools)
+
+
+def fixed_heavy(plan: Plan, counter: TokenCounter) -> Workload:
+    """A Codex-sized head (`FIXED_HEAD_TOKENS`), then user turns of about 7k tokens: a pasted
+    file chunk of ~1,000 tokens, 14 tool rounds of 250-600 tokens, a short answer."""
+    draft = _draft(plan, counter, seed=707)
+    tools = _codex_tools(draft.rng, counter)
+    head = FIXED_HEAD_TOKENS - counter.tools({"tools": list(tools)})
+    system = "You are a coding agent running in the user's terminal. " + prose(
+        draft.rng, head, counter
+    )
+    while draft.room(_FIXED_ROUNDS + 1) or not draft.bodies:
+        chunk = len(draft.bodies) + 1
+        paste = tool_output("read_file", 1_000, 7_000 + chunk, counter)
+        request = (
+            f"File chunk {chunk} of src/billing/ledger.py follows; review it against the "
+            f"repository and fix what it breaks.\n{paste}"
+        )
+        sizes = tuple(draft.sized(400, 0.3, 250, 600) for _ in range(_FIXED_ROUNDS))
+        answer = prose(draft.rng, round(draft.rng.uniform(100, 200) * plan.bulk), counter)
+        draft.add(request, sizes, answer)
+    return Workload(
+        "fixed-heavy",
+        system,
+        tools,
+        _script(_FIXED_ROUNDS, tuple(draft.answers)),
+        _turns(draft, {}),
+        (),
+        running_turn=True,
+        head_heavy=True,
+    )
+
+
 BUILDERS: Final[dict[WorkloadKey, Callable[[Plan, TokenCounter], Workload]]] = {
     "tool-heavy": tool_heavy,
     "chatty": chatty,
     "typed": typed,
+    "labelled": labelled,
+    "artifacts": artifacts,
+    "oversized-result": oversized_result,
+    "fixed-heavy": fixed_heavy,
 }

@@ -16,13 +16,23 @@ tokens, the requests themselves). A session grows the client's history
 to `Size.matrix_history` windows, in at most `Size.matrix_max_calls` model calls; above
 32k, model and tool output grow with the window instead (`bulk`), so that a 128k cell
 compacts several times in about as many calls as a 32k one.
+
+Not every workload runs at every window (`windows_of`): the labelled statements and the
+tool-only identifiers at the run's windows up to 32k; the oversized newest result and the
+fixed-heavy agent at 16k, where clients met them, whatever the run's size. The oversized
+result runs once per `context.strategy` (the only cells whose proxy configures anything).
+Besides the statement checks in the last forwarded request, `bench.forwarded` judges what
+the requests show: the stale values in the compaction block, the running turn, the cut
+result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,6 +40,7 @@ from typing import Any, Final
 import openai
 import yaml
 
+from bench import forwarded
 from bench.cases.matrix_clients import CLIENTS, MODEL, MatrixClient
 from bench.cases.session import _served
 from bench.config import Api, Size
@@ -37,9 +48,10 @@ from bench.measures import CellResult, Check
 from bench.processes import Server, free_port, start
 from bench.progress import Progress
 from bench.stack import proxy_command
-from bench.workloads import BUILDERS, WORKLOADS, Plan, Workload, WorkloadKey
+from bench.workloads import BUILDERS, Plan, Workload, WorkloadKey
 from proxy.adapters.tokenizer import Encoders
-from proxy.core.policy import ContextPolicy
+from proxy.core.budget import request_budget
+from proxy.core.policy import STRATEGIES, ContextPolicy, Strategy
 from proxy.core.tokens import O200K_BASE, ApproximateEncoder, TokenCounter
 from proxy.mock_upstream import MockUpstream, SummaryQuality
 
@@ -49,6 +61,12 @@ TOKEN_FACTOR: Final = 1.1
 """The provider's tokens per token of ours: its tokenizer counts 10 % more."""
 BULK_FROM: Final = 32_768
 """Above this window, model and tool output scale with the window (see the docstring)."""
+FIXED_WINDOWS: Final[dict[WorkloadKey, int]] = {"oversized-result": 16_384, "fixed-heavy": 16_384}
+"""Workloads measured at one window whatever the run's size: where clients met them."""
+LARGEST_WINDOW: Final[dict[WorkloadKey, int]] = {"labelled": 32_768, "artifacts": 32_768}
+"""Workloads measured at the run's windows up to this one only."""
+EVERY_STRATEGY: Final[frozenset[WorkloadKey]] = frozenset({"oversized-result"})
+"""Workloads run once per `context.strategy` instead of on the defaults alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,26 +75,39 @@ class CellSpec:
     workload: WorkloadKey
     summarizer: SummaryQuality
     api: Api = "chat"
+    strategy: Strategy | None = None
+    """The proxy's `context.strategy` (None: nothing configured, the default)."""
 
     @property
     def slug(self) -> str:
-        return f"matrix-{self.window}-{self.workload}-{self.summarizer}-{self.api}"
+        workload = f"{self.workload}-{self.strategy}" if self.strategy else self.workload
+        return f"matrix-{self.window}-{workload}-{self.summarizer}-{self.api}"
 
     @property
     def bulk(self) -> float:
         return max(1.0, self.window / BULK_FROM)
 
 
-def cell_specs(size: Size) -> list[CellSpec]:
-    """The cells a run of `size` measures, window by window; each API's run of a cell next
-    to the other's."""
-    return [
-        CellSpec(window, workload, summarizer, api)
-        for window in size.matrix_windows
-        for workload in WORKLOADS
+def windows_of(workload: WorkloadKey, size: Size) -> tuple[int, ...]:
+    """The windows a run of `size` measures `workload` at."""
+    if workload in FIXED_WINDOWS:
+        return (FIXED_WINDOWS[workload],)
+    largest = LARGEST_WINDOW.get(workload)
+    return tuple(w for w in size.matrix_windows if largest is None or w <= largest)
+
+
+def cell_specs(size: Size, workloads: Sequence[WorkloadKey] = ()) -> list[CellSpec]:
+    """The cells a run of `size` measures (of `workloads` only, when given), window by
+    window; each API's run of a cell next to the other's."""
+    cells = [
+        CellSpec(window, workload, summarizer, api, strategy)
+        for workload in workloads or size.matrix_workloads
+        for window in windows_of(workload, size)
+        for strategy in (STRATEGIES if workload in EVERY_STRATEGY else (None,))
         for summarizer in size.matrix_summarizers
         for api in size.matrix_apis
     ]
+    return sorted(cells, key=lambda spec: spec.window)  # stable: workloads in order
 
 
 def workload_for(spec: CellSpec, size: Size, counter: TokenCounter) -> Workload:
@@ -84,9 +115,31 @@ def workload_for(spec: CellSpec, size: Size, counter: TokenCounter) -> Workload:
     return BUILDERS[spec.workload](plan, counter)
 
 
-def landing_target() -> float:
-    """The compaction target the landings are judged against: the proxy's default."""
-    return ContextPolicy().compaction_target
+def landing_target(fixed: float = 0.0) -> float:
+    """The compaction target the landings are judged against: the proxy's default, applied
+    to the room a fixed head (instructions and tools: `fixed`, a share of the usable
+    input) leaves, as issue 21 asks of clients whose head takes most of it."""
+    return fixed + ContextPolicy().compaction_target * (1 - fixed)
+
+
+def fixed_share(workload: Workload, window: int, counter: TokenCounter) -> float:
+    """The share of the usable input that `workload`'s instructions and tools take, in the
+    provider's count (the pressure the proxy reports once calibrated)."""
+    policy = ContextPolicy()
+    budget = request_budget(
+        window,
+        {},
+        output_reserved=policy.output_reserved,
+        margin_share=policy.safety_margin,
+        calibration=TOKEN_FACTOR,
+    )
+    system = {"role": "system", "content": workload.system}
+    return budget.pressure(counter.request({"messages": [system], "tools": list(workload.tools)}))
+
+
+def _target(spec: CellSpec, workload: Workload, counter: TokenCounter) -> float:
+    fixed = fixed_share(workload, spec.window, counter) if workload.head_heavy else 0.0
+    return landing_target(fixed)
 
 
 async def _drive(client: MatrixClient, progress: Progress) -> None:
@@ -109,6 +162,34 @@ def _read_upstream(client: MatrixClient) -> None:
     cell.prefix_stable_share = _prefix_stable_share([client.conversation(b) for b in bodies])
     last = client.seen(bodies[-1]) if bodies else ""
     cell.checks = [Check(s.kind, s.key, s.key in last) for s in client.workload.checks]
+    _judge_forwarded(client, bodies)
+
+
+def _judge_forwarded(client: MatrixClient, bodies: list[Any]) -> None:
+    """What `bench.forwarded` judges: stale values in the last request's block, and (where
+    the workload asks) the running turn and the oversized result in every request."""
+    workload, cell = client.workload, client.cell
+    last = client.messages(bodies[-1]) if bodies else []
+    cell.stale = forwarded.stale_in(forwarded.block(last), [s.key for s in workload.stale])
+    if not (workload.running_turn or workload.result_items):
+        return
+    requests = [client.messages(body) for body in bodies]
+    if workload.running_turn:
+        texts = [turn.text for turn in workload.turns]
+        cell.running_user, cell.running_rounds = forwarded.running_turn(
+            requests, texts, client.calls
+        )
+    listing = workload.turns[0].texts[0] if workload.result_items else None
+    if listing and client.calls and client.calls[0]:
+        # The first request is the one the result answers: every later one must carry it.
+        cell.result_cut = forwarded.result_cut(
+            requests[1:],
+            client.calls[0][0],
+            workload.result_items,
+            client.counter.message,
+            last_item=json.dumps(json.loads(listing)[-1]),
+            first=2,
+        )
 
 
 def _prefix_stable_share(conversations: list[list[Any]]) -> float:
@@ -126,7 +207,13 @@ async def run_cell(
     """One cell: `workload` through a fresh proxy in front of a mock of `spec`'s window."""
     counter = TokenCounter(encoders.by_name.get(O200K_BASE, ApproximateEncoder()))
     cell = CellResult(
-        spec.window, spec.workload, spec.summarizer, spec.bulk, landing_target(), api=spec.api
+        spec.window,
+        spec.workload,
+        spec.summarizer,
+        spec.bulk,
+        _target(spec, workload, counter),
+        api=spec.api,
+        strategy=spec.strategy,
     )
     upstream = MockUpstream(
         window=spec.window,
@@ -144,7 +231,7 @@ async def run_cell(
     start_time = time.perf_counter()
     async with _served(upstream.app) as mock_url:
         # Started off the event loop: the loop serves the mock meanwhile.
-        proxy = await asyncio.to_thread(_start_proxy, spec.slug, mock_url, work)
+        proxy = await asyncio.to_thread(_start_proxy, spec, mock_url, work)
         try:
             async with openai.AsyncOpenAI(
                 api_key="sk-bench", base_url=proxy.base_url, max_retries=0, timeout=120
@@ -159,10 +246,16 @@ async def run_cell(
     return cell
 
 
-def _start_proxy(name: str, mock_url: str, work: Path) -> Server:
-    # Nothing under `context:`: the window comes from the mock's /v1/models, the rest from
-    # the defaults, which are what the matrix judges.
-    settings = {"upstream": {"base_url": mock_url, "timeout_s": 120}, "log": {"level": "warning"}}
+def _start_proxy(spec: CellSpec, mock_url: str, work: Path) -> Server:
+    # Nothing under `context:` but a cell's strategy: the window comes from the mock's
+    # /v1/models, the rest from the defaults, which are what the matrix judges.
+    name = spec.slug
+    settings: dict[str, Any] = {
+        "upstream": {"base_url": mock_url, "timeout_s": 120},
+        "log": {"level": "warning"},
+    }
+    if spec.strategy is not None:
+        settings["context"] = {"strategy": spec.strategy}
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings))
     port = free_port()

@@ -29,6 +29,8 @@ import openai
 from bench.config import Api
 from bench.measures import CellResult
 from bench.workloads import UserTurn, Workload, tool_output
+from proxy.core.messages import Message
+from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
 from proxy.mock_upstream import MockUpstream, Recorded, responses_prompt_tokens
 
@@ -36,6 +38,8 @@ MODEL: Final = "mock-model"
 ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
 _FALLBACK_TOOL_TOKENS: Final = 200
 """A tool result in a turn the plan gave none (the chatty workload offers no tools)."""
+_ROUNDS_CAP: Final = 2
+"""A turn's tool rounds stop at this many times its planned rounds (plus 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +66,19 @@ class MatrixClient:
     history: list[Any] = field(default_factory=list)
     tools_run: int = 0
     answered: bool = False
+    calls: list[list[str]] = field(default_factory=list)
+    """The ids of the tool calls of each user turn, in the order they were run."""
 
     async def turn(self, turn: UserTurn) -> None:
         """One user turn: send, run the requested tools, repeat until the model answers."""
         mark = len(self.history)
         self.history.append(self._user(turn.text))
+        ran: list[str] = []
+        self.calls.append(ran)
         # An agent that asks for more rounds than planned (its turn's start compacted away)
-        # gets results of the planned sizes again.
+        # gets results of the planned sizes again (and never the written ones), up to a cap.
         sizes = itertools.cycle(turn.tool_tokens or (_FALLBACK_TOOL_TOKENS,))
+        cap = _ROUNDS_CAP * len(turn.tool_tokens) + 2
         while True:
             self.cell.model_calls += 1
             try:
@@ -78,11 +87,21 @@ class MatrixClient:
                 self._failed(exc)
                 del self.history[mark:]  # the turn is abandoned, as an agent would
                 return
+            self.cell.extra_rounds += bool(calls) and len(ran) >= len(turn.tool_tokens)
             if not calls:
+                return
+            if len(ran) >= cap:
+                # A proxy that keeps hiding the turn's first rounds would keep the agent
+                # running them again for ever: it gives up on the turn instead.
+                self.cell.abandoned_turns += 1
+                del self.history[mark:]
                 return
             for call in calls:
                 self.tools_run += 1
-                output = tool_output(call.name, next(sizes), self.tools_run, self.counter)
+                size = next(sizes)
+                written = turn.texts[len(ran)] if len(ran) < len(turn.texts) else None
+                output = written or tool_output(call.name, size, self.tools_run, self.counter)
+                ran.append(call.id)
                 self.history.append(self._result(call, output))
 
     def _failed(self, exc: openai.APIError) -> None:
@@ -140,6 +159,12 @@ class MatrixClient:
         wherever the proxy put a statement, the statement checks find it there."""
         raise NotImplementedError
 
+    @staticmethod
+    def messages(body: Any) -> list[Message]:
+        """A forwarded body as the chat messages the proxy's core reads (`bench.forwarded`
+        judges them)."""
+        raise NotImplementedError
+
 
 class ChatClient(MatrixClient):
     """The workload over `POST /v1/chat/completions`."""
@@ -179,6 +204,11 @@ class ChatClient(MatrixClient):
     @staticmethod
     def seen(body: Any) -> str:
         return json.dumps(body["messages"], ensure_ascii=False)
+
+    @staticmethod
+    def messages(body: Any) -> list[Message]:
+        messages: list[Message] = body["messages"]
+        return messages
 
 
 def flat_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
@@ -242,6 +272,11 @@ class ResponsesClient(MatrixClient):
     @staticmethod
     def seen(body: Any) -> str:
         return json.dumps([body.get("instructions"), body["input"]], ensure_ascii=False)
+
+    @staticmethod
+    def messages(body: Any) -> list[Message]:
+        messages: list[Message] = chat_view(body)["messages"]
+        return messages
 
 
 CLIENTS: Final[dict[Api, type[MatrixClient]]] = {"chat": ChatClient, "responses": ResponsesClient}
