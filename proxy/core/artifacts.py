@@ -30,7 +30,7 @@ budget, and the trail's text: how it is written and read back. Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from proxy.core.ledger import texts_of
 from proxy.core.messages import Message, role, text
@@ -64,7 +64,12 @@ def merged(newer: Iterable[str], older: Iterable[str]) -> list[str]:
     return list(dict.fromkeys([*newer, *older]))
 
 
-def selected(trail: Sequence[str], budget: int, count: Callable[[str], int]) -> list[str]:
+def selected(
+    trail: Sequence[str],
+    budget: int,
+    count: Callable[[str], int],
+    leading: Collection[str] = (),
+) -> list[str]:
     """The names of `trail` that fit `budget` tokens (heading included), newest first.
 
     Greedy in order: a name too long for what is left is skipped and shorter ones after it
@@ -73,9 +78,16 @@ def selected(trail: Sequence[str], budget: int, count: Callable[[str], int]) -> 
     """
     room = budget - count(TRAIL_HEADING) - _ENTRY_OVERHEAD
     chosen: set[int] = set()
+
     # Ids, hashes, versions, URLs and error codes first: a later test log or search names
     # dozens of source files, which would push out the one build id an early result gave.
-    for index in sorted(range(len(trail)), key=lambda index: _is_path(trail[index])):
+    # Then the paths in `leading` (what a result was about: the first name it mentioned, or
+    # one a trail already carried), then the other paths.
+    def rank(index: int) -> int:
+        name = trail[index]
+        return 0 if not _is_path(name) else 1 if name in leading else 2
+
+    for index in sorted(range(len(trail)), key=rank):
         cost = count(trail[index]) + _ENTRY_OVERHEAD
         if cost <= room:
             chosen.add(index)

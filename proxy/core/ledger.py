@@ -199,6 +199,17 @@ _RULES = (
         _HYPHEN,
     ),
     _Rule(
+        "slug id",
+        "identifier",
+        # Lower-case ids a system mints: `build-7f3a9c21`, `job-20931`, `k8s-stg-euw1`. The
+        # last part holds a digit and four characters or more, so `covid-19` and `us-west-2`
+        # stay prose; without this rule a hash inside one (`7f3a9c21`) would be kept alone.
+        re.compile(
+            r"(?<![\w.-])[a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?=[a-z0-9]*\d)[a-z0-9]{4,}(?![\w-])"
+        ),
+        _HYPHEN,
+    ),
+    _Rule(
         "hex digest",
         "hash",
         # A git SHA (7 to 40 hex), a sha256 or sha512 digest. It must mix digits and letters:

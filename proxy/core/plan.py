@@ -483,8 +483,11 @@ class _Work:
     ) -> list[str]:
         """The artifact trail of a block standing for `removed` and for earlier blocks whose
         trail was `carried`: the names of the newest removed message first, within `budget`."""
-        names = [name for message in reversed(removed) for name in self.mentions.names(message)]
-        return artifacts.selected(artifacts.merged(names, carried), budget, self.counter.text)
+        found = [self.mentions.names(message) for message in reversed(removed)]
+        names = [name for names in found for name in names]
+        leading = {*(names[0] for names in found if names), *carried}
+        trail = artifacts.merged(names, carried)
+        return artifacts.selected(trail, budget, self.counter.text, leading)
 
     def note_of(self, message: Message) -> str | None:
         """The note `message` stands for, if it is one the proxy wrote (see `notes`)."""

@@ -210,3 +210,13 @@ def test_a_short_budget_keeps_ids_before_file_paths_in_trail_order() -> None:
         "build-7f3a9c21",
     ]
     assert selected(trail, cost(trail, words), words) == trail
+
+
+def test_a_path_a_result_led_with_outranks_the_paths_it_listed_after() -> None:
+    trail = ["src/api/a.py", "tests/test_b.py", "/var/lib/app/releases/2026-11-03"]
+    room = words(TRAIL_HEADING) + 2 + 2 * (1 + 2)  # the heading and two names
+    leading = {"src/api/a.py", "/var/lib/app/releases/2026-11-03"}
+    assert selected(trail, room, words, leading) == [
+        "src/api/a.py",
+        "/var/lib/app/releases/2026-11-03",
+    ]

@@ -69,6 +69,8 @@ def constraints(*messages: Message) -> list[str]:
         ("Fix ABC-123 today", "identifier", "ABC-123"),
         ("see JIRA-42.", "identifier", "JIRA-42"),
         ("CVE-2024-3094 was patched", "identifier", "CVE-2024-3094"),
+        ("Build finished: build-7f3a9c21 (3 artifacts)", "identifier", "build-7f3a9c21"),
+        ("scheduled on k8s-stg-euw1", "identifier", "k8s-stg-euw1"),
         ("refund order #88231 now", "identifier", "order #88231"),
         ("Ticket 7781 is open", "identifier", "Ticket 7781"),
         ("merge PR #42", "identifier", "PR #42"),
@@ -145,6 +147,7 @@ def test_extracts_fact(content: str, kind: FactKind, expected: str) -> None:
         "overflowed to 1e10000",  # a float in exponent notation
         "a well-known long-term plan",  # hyphenated words
         "gpt-4o-mini and covid-19",  # lower-case LETTERS-DIGITS
+        "in us-west-2 and eu-central-1",  # a short last part: a region, not a minted id
         "encoded as UTF-8, hashed with SHA-256",  # standards, not tickets
         "and/or, client/server, TCP/IP, km/h, N/A",  # slashes in prose
         "closing </div> tags",  # markup
