@@ -317,7 +317,8 @@ class NeedsSummary:
             eviction = shorter
         work = eviction.work
         kept = eviction.ledger()
-        clipped = _clipped(summary, work.allowances.summary, work.counter.text)
+        replaced = eviction.replaced()
+        clipped = _without(_clipped(summary, work.allowances.summary, work.counter.text), replaced)
         # The earlier summary's facts count too: a rolling summary that drops one loses it
         # for good, since the turns it came from are gone.
         # A cleared result's facts went with it (its size is no fact); the names it kept stay.
@@ -327,9 +328,11 @@ class NeedsSummary:
         ]
         if self.previous:
             sources.insert(0, {"role": "assistant", "content": self.previous})
-        # What the ledger or the trail lists, the appendix need not list again.
+        # What the ledger or the trail lists, the appendix need not list again; nor what the
+        # user has since replaced ("$500" after "Budget: $700").
         trail = eviction.trail()
-        checked = _with_lost_facts(clipped, sources, [*(s.text for s in kept), *trail], work)
+        known = [*(s.text for s in kept), *trail, *replaced]
+        checked = _with_lost_facts(clipped, sources, known, work)
         tools = offered_tools(work.situation.body)
         note = summary_text(checked, condensed=eviction.condensed, tools=tools)
         eviction.apply(note, "summarize", kept, trail)
@@ -902,11 +905,26 @@ class _Eviction:
         return None
 
     def ledger(self) -> list[Statement]:
-        """The new note's ledger: the earlier one, then what the span's user said, in budget."""
+        """The new note's ledger: the earlier one, then what the span's user said, in budget,
+        less what the user has replaced since (see `replaced`)."""
         work = self.work
+        gone = set(self.replaced())
+        current = [s for s in self.statements() if s.text not in gone]
+        return ledger.selected(current, work.ledger_budget, work.counter.text)
+
+    def statements(self) -> list[Statement]:
+        """The earlier ledger merged with what the span's user said (latest value of each)."""
         said = ledger.statements_of(self.evicted, task=self.task)
-        everything = ledger.merged(self.earlier, said)
-        return ledger.selected(everything, work.ledger_budget, work.counter.text)
+        return ledger.merged(self.earlier, said)
+
+    def replaced(self) -> list[str]:
+        """What the earlier ledger or the span's user said that a later statement replaced
+        (in the span or after it, still in the conversation): a stale value kept in the
+        block beside the new one misleads as much as a lost one."""
+        said = [*self.earlier, *ledger.statements_of(self.evicted, task=self.task)]
+        later = ledger.statements_of(self.messages[self.stop :])
+        current = {s.text for s in ledger.merged(self.statements(), later)}
+        return [s.text for s in said if s.text not in current]
 
     def trail(self) -> list[str]:
         """The new note's artifact trail: what the span mentioned, then the earlier one."""
@@ -1022,6 +1040,15 @@ def _clipped(summary: str, allowance: int, count: Callable[[str], int]) -> str:
     lines = summary.splitlines()
     used = itertools.accumulate(count(line) + 1 for line in lines)
     return "\n".join(line for line, upto in zip(lines, used, strict=True) if upto <= allowance)
+
+
+def _without(summary: str, replaced: Sequence[str]) -> str:
+    """`summary` without the lines that quote a statement the user has since replaced: an
+    extractive summary repeats "Budget: $500" word for word, beside the ledger's "$700"."""
+    if not replaced:
+        return summary
+    lines = summary.splitlines()
+    return "\n".join(line for line in lines if not any(old in line for old in replaced))
 
 
 def _with_lost_facts(

@@ -175,3 +175,19 @@ def test_cuts_that_keep_overshooting_still_land_the_running_turn() -> None:
     assert "trim_recent" in result.steps
     assert running[0] in result.messages
     assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+
+
+def test_a_value_the_user_replaced_since_is_not_in_the_block() -> None:
+    # "$500" leaves with the old turns, "$700" is still in the window: the block carries no
+    # stale value, neither in its ledger nor in the facts the summary lost.
+    messages = [system(), user("the task"), user("Budget: $500 for the cloud bill.")]
+    messages += agent_turns(4, rounds=1, size=80)[2:]
+    messages += [user("Budget: $700 for the cloud bill."), assistant("noted " + words(120))]
+    messages += [user("go on")]
+    # An extractive summary quotes the old line word for word: that line goes too.
+    quoting = "- Budget: $500 for the cloud bill.\n- the agent read four files"
+    result = run(plan_compaction(situation(messages, window=700, keep_recent=4), COUNTER), quoting)
+    block = next(str(m["content"]) for m in result.messages if note_of(m))
+    assert "Budget: $700 for the cloud bill." in str(result.messages)
+    assert "$500" not in block
+    assert "- the agent read four files" in block
