@@ -548,46 +548,42 @@ def chatty(plan: Plan, counter: TokenCounter) -> Workload:
 def typed(plan: Plan, counter: TokenCounter) -> Workload:
     """Typed statements in the first half of the turns, their updates at 55-75 %; every
     turn has one tool round trip (300-900 tokens) and a short answer."""
-    draft = _draft(plan, counter, seed=303)
-    while draft.room(2) or not draft.bodies:
-        request = "Please look into this. " + prose(draft.rng, draft.rng.randint(15, 40), counter)
-        result = round(draft.rng.uniform(300, 900) * plan.bulk)
-        answer = prose(draft.rng, round(draft.rng.uniform(60, 140) * plan.bulk), counter)
-        draft.add(request, (result,), answer)
-    turns = len(draft.bodies)
-    placed = spread(TYPED, turns, 0.0, 0.5)
-    for turn, updates in spread(UPDATES, turns, 0.55, 0.75).items():
-        placed.setdefault(turn, []).extend(updates)
-    return Workload(
-        "typed",
-        "You are an operations agent; use the tools to answer.",
-        TOOLS,
-        _script(1, tuple(draft.answers)),
-        _turns(draft, placed),
-        (*TYPED, *UPDATES),
-    )
+    return _statements("typed", plan, counter, 303, (TYPED, UPDATES))
 
 
 def labelled(plan: Plan, counter: TokenCounter) -> Workload:
     """The typed workload's shape with labelled statements: the first ones in the first half
     of the turns, the updates of three subjects at 55-75 %."""
-    draft = _draft(plan, counter, seed=404)
+    return _statements("labelled", plan, counter, 404, (LABELLED, LABELLED_UPDATES))
+
+
+def _statements(
+    key: WorkloadKey,
+    plan: Plan,
+    counter: TokenCounter,
+    seed: int,
+    said: tuple[tuple[Statement, ...], tuple[Statement, ...]],
+) -> Workload:
+    """A user making `said[0]` in the first half of the turns and `said[1]` (updates) at
+    55-75 %; every turn has one tool round trip (300-900 tokens) and a short answer."""
+    first, updates = said
+    draft = _draft(plan, counter, seed=seed)
     while draft.room(2) or not draft.bodies:
         request = "Please look into this. " + prose(draft.rng, draft.rng.randint(15, 40), counter)
         result = round(draft.rng.uniform(300, 900) * plan.bulk)
         answer = prose(draft.rng, round(draft.rng.uniform(60, 140) * plan.bulk), counter)
         draft.add(request, (result,), answer)
     turns = len(draft.bodies)
-    placed = spread(LABELLED, turns, 0.0, 0.5)
-    for turn, updates in spread(LABELLED_UPDATES, turns, 0.55, 0.75).items():
-        placed.setdefault(turn, []).extend(updates)
+    placed = spread(first, turns, 0.0, 0.5)
+    for turn, later in spread(updates, turns, 0.55, 0.75).items():
+        placed.setdefault(turn, []).extend(later)
     return Workload(
-        "labelled",
+        key,
         "You are an operations agent; use the tools to answer.",
         TOOLS,
         _script(1, tuple(draft.answers)),
         _turns(draft, placed),
-        (*LABELLED, *LABELLED_UPDATES),
+        (*first, *updates),
     )
 
 
