@@ -36,9 +36,11 @@ turns older than the budget first shrink to their question and answer.
 Landing: when the strategy's layers leave the conversation above the target, a fixed order of
 reductions follows, each only while it is still above: clear old tool results, truncate
 everything before the recent window, let the pinned task go (its words go to the ledger), cut
-the recent window's tool results to head and tail (the oldest first), let the running turn's
-oldest rounds go. Last, and only to fit the usable input, never just to reach the target, the
-text of the newest messages is cut.
+the recent window's tool results to head and tail (the oldest first), shorten the block to the
+room left (its summary's last lines, then its trail's and its ledger's lowest-ranked entries;
+only when that reaches the target), let the running turn's oldest rounds go. Last, and only
+to fit the usable input, never just to reach the target, the text of the newest messages is
+cut.
 
 The recent window never starts inside the running turn (from the last user message on) while
 anything older can go, and always holds the tool exchange that message follows (the result
@@ -53,6 +55,7 @@ whatever the summary. What a message mentions is found once (`proxy.core.mention
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -68,6 +71,7 @@ from proxy.core.prepared import span_keys
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
 from proxy.core.summary import (
+    TOOLS_REMINDER,
     Prefix,
     detach_notes,
     marker,
@@ -75,6 +79,7 @@ from proxy.core.summary import (
     note_of,
     offered_tools,
     prefix_fields,
+    replace_note,
     stands_for,
     summary_request,
     summary_text,
@@ -105,7 +110,9 @@ _MIN_CUT = 64
 _CUT_ATTEMPTS = 4
 # Steps that finish a landing; the strategy reported is the last step that is not one (or
 # "summarize", when a summary stands in the result).
-_FINISHING = frozenset({"release_task", "trim_recent", "release_running", "cap_recent"})
+_FINISHING = frozenset(
+    {"release_task", "trim_recent", "fit_block", "release_running", "cap_recent"}
+)
 
 
 class Counter(Protocol):
@@ -436,6 +443,8 @@ class _Work:
     """Whether a summary may be written (None: as the strategy says)."""
     note: str | None = None
     """The newest compaction block's text (its ledger and trail apart)."""
+    block: str | None = None
+    """The newest compaction block as written (ledger and trail included)."""
     dropped: list[Message] = field(default_factory=list)
     """What truncations removed, oldest first, and the note before the first of them."""
     dropped_after: str | None = None
@@ -693,8 +702,8 @@ def _model(body: Mapping[str, Any]) -> str | None:
 def _land(work: _Work) -> None:
     """Bring `work` to its target by the fixed order of reductions, each only while it is
     still above, as far as that is possible."""
-    steps = (_clear_rest, _truncate_rest, _release_task, _trim_recent, _release_running)
-    for step in (*steps, _cap_recent):
+    steps = (_clear_rest, _truncate_rest, _release_task, _trim_recent, _fit_block)
+    for step in (*steps, _release_running, _fit_block, _cap_recent):
         if work.done():
             return
         step(work)
@@ -737,6 +746,81 @@ def _release_running(work: _Work) -> None:
     work.regroup()
     if _evict_everything(work):
         work.steps.append("release_running")
+
+
+def _fit_block(work: _Work) -> None:
+    """Shorten the block written in this compaction to the room what must stay leaves it
+    (the running turn's user message can take most of a small window): first its summary's
+    last lines (the part any summarizer could write), then the trail's and the ledger's
+    lowest-ranked entries, each part in proportion to its size, only as far as the target
+    still needs."""
+    block = work.block
+    found = _block_index(work, block)
+    if block is None or found is None:
+        return
+    messages = list(work.messages)
+    excess = work.total() - work.target
+    # A block that cannot be made small enough stays whole: the request lands above the
+    # target (it still fits), and nothing the block carries is lost for no gain.
+    barest = _fitted(block, work.total(), work.counter.text)[1]
+    messages[found] = replace_note(work.messages[found], block, barest)
+    if work.counter.messages(messages) + work.tools > work.target:
+        return
+    for _ in range(_CUT_ATTEMPTS):
+        note, fitted = _fitted(block, excess, work.counter.text)
+        messages[found] = replace_note(work.messages[found], block, fitted)
+        # Each part's saving is counted apart; the message as a whole can count a little
+        # more (tokens merge differently at the joins): the overshoot is cut again.
+        over = work.counter.messages(messages) + work.tools - work.target
+        if over <= 0 or fitted == block:
+            break
+        excess += over
+    work.notes.add(note_digest(fitted))
+    work.note, work.block = note, fitted
+    work.update(messages, "fit_block")
+
+
+def _fitted(block: str, excess: int, count: Callable[[str], int]) -> tuple[str, str]:
+    """`block` less `excess` tokens where it can be (see `_fit_block`): its text without
+    ledger and trail, and the block."""
+    rest, kept = ledger.without_ledger(block)
+    note, trail = artifacts.without_trail(rest)
+    shortened = _shortened(note, count(note) - excess, count)
+    excess -= count(note) - count(shortened)
+    if excess > 0:
+        # The rest from the trail and the ledger in proportion to their sizes: each keeps
+        # what ranks first in it (the ids and the leading paths; the user's rules,
+        # constraints and specifics), and each loses its least first (other paths, chatter).
+        trail_cost, ledger_cost = artifacts.cost(trail, count), ledger.cost(kept, count)
+        from_trail = math.ceil(excess * trail_cost / max(trail_cost + ledger_cost, 1))
+        trail = artifacts.selected(trail, trail_cost - from_trail, count)
+        kept = ledger.selected(kept, ledger_cost - (excess - from_trail), count)
+    return shortened, ledger.with_ledger(artifacts.with_trail(shortened, trail), kept)
+
+
+def _block_index(work: _Work, block: str | None) -> int | None:
+    """Where `block` stands in the conversation (alone or merged into a message), if it does."""
+    for index, message in enumerate(work.messages):
+        standalone = work.note_of(message)
+        if block in ([standalone] if standalone is not None else work.detach_notes(message)[1]):
+            return index
+    return None
+
+
+def _shortened(note: str, room: int, count: Callable[[str], int]) -> str:
+    """`note` (a marker or a summary, without its ledger and trail) within `room` tokens
+    where it can be: its body's last lines go; its first paragraph (how many messages it
+    stands for) and its closing line (the tools the model can call) stay."""
+    header, _, body = note.partition("\n\n")
+    if count(note) <= room or not body:
+        return note
+    closing = ""
+    at = f"\n\n{body}".rfind(f"\n\n{TOOLS_REMINDER}")
+    if at != -1:
+        body, closing = body[: max(at - 2, 0)], body[at:]
+    left = room - count(header) - count(closing)
+    kept = _clipped(body, max(left, 0), count).rstrip()
+    return "\n\n".join(part for part in (header, kept, closing) if part)
 
 
 def _trim_recent(work: _Work) -> None:
@@ -949,7 +1033,7 @@ class _Eviction:
         # A note as big as what it replaces would make the request no smaller: not worth it.
         if count(messages) < count(work.messages):
             work.update(messages, step)
-            work.note = note
+            work.note, work.block = note, block
             if step == "truncate":
                 if not work.dropped:
                     work.dropped_after = self.previous

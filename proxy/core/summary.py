@@ -178,6 +178,24 @@ def detach_notes(
     return ({**message, "content": content}, notes) if notes else (message, [])
 
 
+def replace_note(message: Message, old: str, new: str) -> Message:
+    """`message` with the note `old` it is (standalone) or carries (merged) replaced by
+    `new`: where a note stands, a shortened one stands (`old` must be a note of its)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": content.replace(old, new, 1)}
+    if isinstance(content, list):
+        forms = {old: new, opening_note(old): opening_note(new)}
+        parts = [
+            {**part, "text": forms[part["text"]]}
+            if isinstance(part, dict) and part.get("text") in forms
+            else part
+            for part in content
+        ]
+        return {**message, "content": parts}
+    return message
+
+
 def _note_text(part: object) -> str | None:
     """The text of a content part that holds a note, if it is one."""
     if isinstance(part, dict) and isinstance(part.get("text"), str):
@@ -367,9 +385,13 @@ def render(message: Message) -> str:
     return "\n".join(lines) or f"{name}: (no text)"
 
 
+TOOLS_REMINDER = "Tools you can call in this conversation: "
+"""How a summary's last line, naming the tools the conversation offers, starts."""
+
+
 def summary_text(summary: str, *, condensed: int, tools: Sequence[str]) -> str:
     """The content of the message that replaces `condensed` messages with `summary`."""
-    reminder = f"\n\nTools you can call in this conversation: {', '.join(tools)}." if tools else ""
+    reminder = f"\n\n{TOOLS_REMINDER}{', '.join(tools)}." if tools else ""
     return (
         f"{SUMMARY_PREFIX}: {condensed} messages were replaced by this summary to keep the "
         "conversation inside the model's context window. Continue from it; ask the user "

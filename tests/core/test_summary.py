@@ -27,6 +27,7 @@ from proxy.core.summary import (
     prefix_fields,
     prefix_request,
     render,
+    replace_note,
     split_span,
     summary_request,
     summary_text,
@@ -294,3 +295,16 @@ def test_a_prefix_ending_on_the_user_s_turn_gets_an_assistant_turn_before_the_cl
     for messages in ending_on_assistant:
         sent = prefix_request(prefix_of(*messages), previous=None, max_tokens=50)["messages"]
         assert [m["role"] for m in sent[len(messages) :]] == ["user"], messages
+
+
+def test_a_note_is_replaced_where_it_stands() -> None:
+    old, new = marker(3), marker(2)
+    merged = merge_text(user("the question"), old, first=False)
+    assert replace_note(merged, old, new)["content"] == f"the question\n\n{new}"
+    parts = {"role": "user", "content": [{"type": "text", "text": opening_note(old)}, old]}
+    replaced = replace_note(parts, old, new)["content"]
+    assert replaced == [{"type": "text", "text": opening_note(new)}, old]
+    closing = {"role": "user", "content": [{"type": "image_url"}, {"type": "text", "text": old}]}
+    assert replace_note(closing, old, new)["content"][1] == {"type": "text", "text": new}
+    empty = {"role": "user", "content": None}
+    assert replace_note(empty, old, new) == empty

@@ -1,0 +1,124 @@
+"""The compaction block gives way to what must stay: its summary first, then its trail and
+its ledger, each losing its lowest-ranked entries first.
+
+Seen in the matrix (4k window, tool-heavy agent, extractive summarizer): a compaction that
+evicts everything before the running turn keeps that turn's user message (about 17 % of the
+usable input) in place, and the block (ledger, artifact trail, a carried summary) took the
+rest and more: 4 of 10 compactions landed above the target (0.487 for 0.45), so the next
+request compacted again sooner. The block is the one thing left that can give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core import artifacts
+from proxy.core import statements as ledger
+from proxy.core.messages import Message
+from proxy.core.plan import Allowances, Compacted, plan_compaction
+from proxy.core.summary import TOOLS_REMINDER, detach_notes, note_of
+from tests.builders import assistant, assistant_calls, system, tool_result, user
+from tests.core.test_plan import run, situation, words
+from tests.core.words import COUNTER
+
+ROUNDS = 12
+SUMMARY = "\n".join(f"- summary line {i} " + words(8) for i in range(40))
+"""A summarizer that writes more than the allowance: clipped to it, then fitted."""
+
+
+def agent(running: Any, rounds: int = ROUNDS) -> list[Message]:
+    """A task, rounds each with a user statement and a result naming a file and a build id,
+    then the running turn's user message (`running`: its content)."""
+    messages = [system(), user("the task: port the billing service")]
+    for i in range(rounds):
+        messages += [
+            user(f"Deploy stage {i} to the eu-west-{i} region."),
+            assistant_calls(f"c{i}", name="read_file"),
+            tool_result(f"c{i}", f"src/billing/mod_{i}.py build-{i}7f3a9c2{i} " + words(120)),
+            assistant(f"read {i}"),
+        ]
+    return [*messages, user(running)]
+
+
+def compacted(running: Any, window: int = 2000, rounds: int = ROUNDS) -> tuple[Compacted, int, str]:
+    """The plan's result for `agent(running, rounds)`, its target and its block."""
+    asked = situation(agent(running, rounds), window=window)
+    result = run(plan_compaction(asked, COUNTER), SUMMARY)
+    return result, Allowances.of(asked.budget, asked.policy).target, block_of(result.messages)
+
+
+def block_of(messages: list[Message]) -> str:
+    for message in messages:
+        standalone = note_of(message)
+        found = [standalone] if standalone is not None else detach_notes(message)[1]
+        if found:
+            return found[-1]
+    raise AssertionError("no block")
+
+
+def parts(block: str) -> tuple[str, list[ledger.Statement], list[str]]:
+    rest, kept = ledger.without_ledger(block)
+    note, trail = artifacts.without_trail(rest)
+    return note, kept, trail
+
+
+def test_a_block_with_room_is_not_touched() -> None:
+    result, target, block = compacted("now the next step: " + words(300))
+    assert "fit_block" not in result.steps
+    assert result.tokens_after <= target
+    assert "- summary line 0" in block
+
+
+def test_the_summary_gives_first_its_first_lines_and_the_tools_line_stay() -> None:
+    roomy = parts(compacted("now the next step: " + words(300))[2])[0]
+    result, target, block = compacted("now the next step: " + words(600))
+    assert "fit_block" in result.steps
+    assert result.tokens_after <= target
+    note, kept, trail = parts(block)
+    # The ledger and the trail stand whole (every round left: its statement, its path and
+    # its build id); the summary lost its last lines, not its first.
+    assert len(kept) == ROUNDS
+    assert len(trail) == 2 * ROUNDS
+    assert "- summary line 0" in note
+    assert "- summary line 6" in roomy
+    assert "- summary line 6" not in note
+    assert note.rstrip().endswith(f"{TOOLS_REMINDER}search.")
+    assert note.startswith("[Earlier turns of this conversation were condensed: ")
+
+
+def test_then_the_trail_and_the_ledger_each_lose_their_least_first() -> None:
+    result, target, block = compacted("now the next step: " + words(700))
+    assert result.tokens_after <= target
+    note, kept, trail = parts(block)
+    assert "summary line" not in note
+    assert note.rstrip().endswith(f"{TOOLS_REMINDER}search.")
+    # Both gave, in proportion: the trail its paths before any id, the ledger its lowest
+    # ranked statements (here, all alike: the newest), neither all of it.
+    assert 0 < len(trail) < 2 * ROUNDS
+    assert all(name.startswith("build-") for name in trail)
+    assert 0 < len(kept) < ROUNDS
+    assert kept[0].text == "Deploy stage 0 to the eu-west-0 region."
+    # The conversation records the fitted block as the proxy's: the next compaction reads it.
+    assert result.notes
+
+
+def test_a_block_that_cannot_reach_the_target_stays_whole() -> None:
+    result, target, block = compacted("now the next step: " + words(1000))
+    assert result.tokens_after > target
+    assert "fit_block" not in result.steps
+    _, kept, trail = parts(block)
+    assert len(kept) == ROUNDS
+    assert trail
+
+
+def test_a_block_opening_a_multimodal_message_is_fitted_in_its_part() -> None:
+    running = [
+        {"type": "text", "text": "now the next step: " + words(400)},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+    ]
+    result, target, block = compacted(running, window=5000, rounds=30)
+    assert "fit_block" in result.steps
+    assert result.tokens_after <= target
+    last = result.messages[-1]
+    assert last["content"][-2:] == running  # the client's parts, whole, after the block
+    assert "- summary line 6" not in block
