@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.ledger import FactKind, specifics_at
@@ -31,6 +32,9 @@ _RESULT_ROLES = frozenset({"tool", "function"})
 # When cutting text, the head gets this share of what is kept: the start of a file or log
 # usually says what it is, the end says how it finished.
 _HEAD_SHARE = 0.6
+# A cut whose note lists names gives their room up from its kept part, down to this many
+# tokens: less would keep no line of the result to read.
+_LEAST_KEPT = 8
 # A cleared result keeps the names it mentioned (ids, hashes, versions, paths, URLs): the
 # model can still refer to them, and ask for them again by name. Bounded per placeholder.
 _KEPT_KINDS: frozenset[FactKind] = frozenset({"identifier", "hash", "path", "url", "email"})
@@ -81,9 +85,8 @@ def clear(
     name = tool_name or message.get("name") or "tool"
     if names is None:
         names = kept_names(text(message))
-    mentioned = f"{_MENTIONED}{', '.join(names)}" if names else ""
     note = (
-        f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here{mentioned}; "
+        f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here{_mentioned(names)}; "
         "call it again if needed]"
     )
     return {**message, "content": note}
@@ -128,19 +131,75 @@ def _cut(body: str, start: int, name: str) -> bool:
     )
 
 
-def trim(message: Message, *, max_tokens: int, count: CountText, tool_name: str | None) -> Message:
+def trim(
+    message: Message,
+    *,
+    max_tokens: int,
+    count: CountText,
+    tool_name: str | None,
+    names: Sequence[str] | None = None,
+) -> Message:
     """The result (or, in an emergency, any text message) cut to about `max_tokens`: a JSON
-    array to its first items, text to its head and tail, with a note saying what was cut and
-    how to ask for less."""
+    array to its first and last items, text to its head and tail, with a note saying what was
+    cut, how to ask for less and which of the result's names the cut took away (`names`, when
+    the caller knows them already: `kept_names` of the result, as for `clear`)."""
     body = text(message)
-    max_tokens = max(max_tokens - NOTE_ALLOWANCE, 1)
+    names = kept_names(body) if names is None else names
+    room = max(max_tokens - NOTE_ALLOWANCE, 1)
     items = _json_array(body)
-    shown = _first_items(items, max_tokens=max_tokens, count=count) if items else None
-    if shown is not None:
-        return {**message, "content": shown}
+    if items:
+        array = _Items(items, count)
+        if array.fitting(range(len(items)), room)[0] == len(items):
+            # Only the layout was too large (an indented array): every item is here, said once.
+            return {**message, "content": array.line(range(len(items)))}
+        # Not even the first item fitting, the array is cut as text.
+        if array.cost(0) <= _room_for(names, room, count):
+            return {**message, "content": _listing(names, room, count, array.ends)}
     what = f"{tool_name} result" if tool_name else "tool result"
     what = what if is_tool_result(message) else "message"
-    return {**message, "content": _head_and_tail(body, max_tokens, count, what)}
+    middle = _Middle(body, count(body), count, what)
+    return {**message, "content": _listing(names, room, count, middle.cut)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """What a cut keeps of a result (`head` and `tail`: the note stands between them), and
+    the cut text once its note lists the names it took away (`_mentioned` of them)."""
+
+    head: str
+    tail: str
+    noted: Callable[[str], str]
+
+
+def _listing(names: Sequence[str], room: int, count: CountText, cut: Callable[[int], _Kept]) -> str:
+    """The result cut by `cut` to `room`, less the room its note takes to list the names the
+    kept part does not show. Which those are is known only after the cut: it is made with
+    room for them all, then again with the room of the names it shows given back (more room
+    shows no fewer, so the note lists no more)."""
+    kept = cut(_room_for(names, room, count))
+    unseen = _unseen(names, kept.head, kept.tail)
+    if len(unseen) < len(names):
+        kept = cut(_room_for(unseen, room, count))
+        unseen = _unseen(names, kept.head, kept.tail)
+    return kept.noted(_mentioned(unseen))
+
+
+def _room_for(names: Sequence[str], room: int, count: CountText) -> int:
+    """What a cut's kept part gets of `room` once its note lists `names`: never below
+    `_LEAST_KEPT` for them, or less would be all note and no result."""
+    if not names:
+        return room
+    return max(room - count(_mentioned(names)), min(room, _LEAST_KEPT))
+
+
+def _mentioned(names: Sequence[str]) -> str:
+    return f"{_MENTIONED}{', '.join(names)}" if names else ""
+
+
+def _unseen(names: Sequence[str], head: str, tail: str) -> list[str]:
+    """`names` the kept `head` and `tail` do not show whole. One touching the note (the end
+    of `head`, the start of `tail`) counts as unseen: `kept_names` skips it there as cut."""
+    return [name for name in names if name not in head[:-1] and name not in tail[1:]]
 
 
 def _json_array(body: str) -> list[Any] | None:
@@ -153,45 +212,100 @@ def _json_array(body: str) -> list[Any] | None:
     return value if isinstance(value, list) else None
 
 
-def _first_items(items: list[Any], *, max_tokens: int, count: CountText) -> str | None:
-    """The first items that fit, or None when not even the first one does."""
-    kept: list[str] = []
-    used = 0
-    for item in items:
-        encoded = json.dumps(item, ensure_ascii=False)
-        used += count(encoded) + 1
-        if used > max_tokens:
-            break
-        kept.append(encoded)
-    if not kept:
-        return None
-    if len(kept) == len(items):
-        # Only the layout was too large (an indented array): every item is here, said once.
-        return "[" + ", ".join(kept) + "]"
-    note = (
-        f"[showing {len(kept)} of {len(items)} items: the full result was too large for the "
-        "context window. Ask for the rest with a narrower query (a filter, a page, a range) "
-        "instead of assuming what the other items contain.]"
-    )
-    return "[" + ", ".join(kept) + "]\n" + note
+class _Items:
+    """The items of a JSON array, each encoded and counted once, only when a cut looks at it:
+    a cut of a 100,000-item array looks at its first and last few."""
+
+    def __init__(self, items: list[Any], count: CountText) -> None:
+        self.items, self.count = items, count
+        self.encoded: dict[int, str] = {}
+
+    def text(self, index: int) -> str:
+        if index not in self.encoded:
+            self.encoded[index] = json.dumps(self.items[index], ensure_ascii=False)
+        return self.encoded[index]
+
+    def cost(self, index: int) -> int:
+        """The tokens item `index` takes in the array, its separator included."""
+        return self.count(self.text(index)) + 1
+
+    def line(self, indices: Sequence[int]) -> str:
+        return "[" + ", ".join(self.text(i) for i in indices) + "]"
+
+    def fitting(self, indices: range, room: int) -> tuple[int, int]:
+        """How many of `indices`, in order, fit in `room`, and the tokens they take."""
+        taken = used = 0
+        for index in indices:
+            cost = self.cost(index)
+            if used + cost > room:
+                break
+            taken, used = taken + 1, used + cost
+        return taken, used
+
+    def ends(self, room: int) -> _Kept:
+        """The first and last items that fit in `room` (the first one does), on one line, with
+        a note saying how many of how many."""
+        total = len(self.items)
+        head, tail = self.split(room)
+        shown = [*range(head), *range(total - tail, total)]
+        line = self.line(shown)
+        ends = f" (the first {head} and the last {tail})" if tail else ""
+
+        def noted(mentioned: str) -> str:
+            return (
+                f"{line}\n[showing {len(shown)} of {total} items{ends}: the full result was too "
+                f"large for the context window{mentioned}. Ask for the rest with a narrower "
+                "query (a filter, a page, a range) instead of assuming what the other items "
+                "contain.]"
+            )
+
+        return _Kept(line, "", noted)
+
+    def split(self, room: int) -> tuple[int, int]:
+        """How many first and last items a cut keeps in `room` (the first item fits in it):
+        the head gets `_HEAD_SHARE` of it, as a text's does, and the first item even past that
+        share, the tail the rest, and the head whatever room the tail left (a last item too
+        big to show leaves its room to the first ones)."""
+        total = len(self.items)
+        head, used = self.fitting(range(total), max(int(room * _HEAD_SHARE), self.cost(0)))
+        tail, tail_used = self.fitting(range(total - 1, head - 1, -1), room - used)
+        more, _ = self.fitting(range(head, total - tail), room - used - tail_used)
+        return head + more, tail
 
 
-def _head_and_tail(body: str, max_tokens: int, count: CountText, what: str) -> str:
-    total = count(body)
-    # Characters per token of this very text, so the cut lands near the token budget
-    # without encoding and decoding.
-    keep_chars = int(len(body) * max_tokens / max(total, 1))
-    head_chars = _line_boundary(body, int(keep_chars * _HEAD_SHARE), forward=False)
-    tail_start = _line_boundary(body, len(body) - (keep_chars - head_chars), forward=True)
-    head, tail = body[:head_chars], body[max(tail_start, head_chars) :]
-    cut_tokens = max(total - count(head) - count(tail), 0)
-    note = (
-        f"\n\n[... {cut_tokens} tokens ({len(body) - len(head) - len(tail)} characters) cut "
-        f"from the middle of this {what}: it was too large for the context window. "
-        "If the missing part matters, call the tool again with a narrower query (a line "
-        "range, a filter, a smaller page) rather than guessing what it said ...]\n\n"
-    )
-    return head + note + tail
+@dataclass(frozen=True, slots=True)
+class _Middle:
+    """A text cut to its head and tail, the note where its middle was (`total`: its tokens,
+    counted once for every cut tried)."""
+
+    body: str
+    total: int
+    count: CountText
+    what: str
+
+    def cut(self, room: int) -> _Kept:
+        body = self.body
+        # Characters per token of this very text, so the cut lands near the token budget
+        # without encoding and decoding.
+        keep_chars = int(len(body) * room / max(self.total, 1))
+        head_chars = _line_boundary(body, int(keep_chars * _HEAD_SHARE), forward=False)
+        tail_start = _line_boundary(body, len(body) - (keep_chars - head_chars), forward=True)
+        head, tail = body[:head_chars], body[max(tail_start, head_chars) :]
+        cut_tokens = max(self.total - self.count(head) - self.count(tail), 0)
+        cut_chars = len(body) - len(head) - len(tail)
+
+        def noted(mentioned: str) -> str:
+            # The names only the middle held are listed inside the note: the model can still
+            # refer to them, and `kept_names` of the cut text finds them again.
+            return (
+                f"{head}\n\n[... {cut_tokens} tokens ({cut_chars} characters) cut from the "
+                f"middle of this {self.what}: it was too large for the context window"
+                f"{mentioned}. If the missing part matters, call the tool again with a narrower "
+                "query (a line range, a filter, a smaller page) rather than guessing what it "
+                f"said ...]\n\n{tail}"
+            )
+
+        return _Kept(head, tail, noted)
 
 
 def _line_boundary(body: str, position: int, *, forward: bool) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from proxy.core.tool_results import (
     clear,
     is_cleared,
     is_tool_result,
+    is_trimmed,
     kept_names,
     names_kept,
     trim,
@@ -51,16 +53,53 @@ def test_cut_falls_on_line_starts() -> None:
     assert tail.split("]\n\n", 1)[1].startswith("line ")
 
 
-def test_json_array_keeps_first_items_and_says_how_many() -> None:
-    items = [{"id": i, "title": f"result number {i}"} for i in range(500)]
+SHOWING = re.compile(r"showing ([\d,]+) of ([\d,]+) items")
+
+
+def test_json_array_keeps_first_and_last_items_and_says_how_many() -> None:
+    items = [{"id": i, "title": f"result number {i}"} for i in range(4000)]
     content = trim(
-        tool_result("c1", json.dumps(items)), max_tokens=200, count=count, tool_name=None
+        tool_result("c1", json.dumps(items)), max_tokens=600, count=count, tool_name=None
+    )["content"]
+    shown, note = content.split("\n", 1)
+    kept = json.loads(shown)
+    head = next(i for i, item in enumerate(kept) if item != items[i])
+    tail = len(kept) - head
+    assert kept == items[:head] + items[-tail:]
+    assert 0 < tail < head < 2 * tail  # about 60 % to the head, 40 % to the tail
+    assert note == (
+        f"[showing {len(kept)} of 4000 items (the first {head} and the last {tail}): the full "
+        "result was too large for the context window. Ask for the rest with a narrower query "
+        "(a filter, a page, a range) instead of assuming what the other items contain.]"
+    )
+    match = SHOWING.search(content)
+    assert match is not None
+    assert (match.group(1), match.group(2)) == (str(len(kept)), "4000")
+    assert is_trimmed(tool_result("c1", content))
+    assert 450 < count(content) <= 600
+
+
+def test_json_array_with_room_for_one_item_shows_the_first_only() -> None:
+    items = [{"blob": "x" * 400, "n": i} for i in range(50)]
+    content = trim(
+        tool_result("c1", json.dumps(items)), max_tokens=250, count=count, tool_name=None
+    )["content"]
+    shown, note = content.split("\n", 1)
+    assert json.loads(shown) == items[:1]
+    assert note.startswith("[showing 1 of 50 items: the full result was too large")
+
+
+def test_json_array_whose_last_item_is_too_big_gives_its_room_to_the_first_ones() -> None:
+    items: list[object] = [{"id": i} for i in range(400)]
+    items.append({"blob": "x" * 5000})
+    content = trim(
+        tool_result("c1", json.dumps(items)), max_tokens=400, count=count, tool_name=None
     )["content"]
     shown, note = content.split("\n", 1)
     kept = json.loads(shown)
     assert kept == items[: len(kept)]
-    assert 0 < len(kept) < 500
-    assert note.startswith(f"[showing {len(kept)} of 500 items")
+    assert len(kept) == 300 // 4  # the whole room at 4 tokens an item, not the head's share
+    assert note.startswith(f"[showing {len(kept)} of 401 items: ")
 
 
 def test_indented_json_array_whose_items_all_fit_loses_only_its_layout() -> None:
@@ -125,8 +164,99 @@ json_arrays = st.lists(st.integers() | st.text(max_size=50), max_size=300).map(j
 @given(st.text(max_size=20_000) | json_arrays, st.integers(min_value=10, max_value=2000))
 def test_trim_bounds_the_size_and_keeps_the_ends(body: str, budget: int) -> None:
     content = text(trim(tool_result("c", body), max_tokens=budget, count=count, tool_name=None))
-    note_allowance = 130  # the note itself, and rounding of the character estimate
+    # The note itself and rounding of the character estimate, and the names the note lists
+    # past a budget too small to give their room up.
+    listed = MENTIONED.search(content)
+    note_allowance = 130 + (count(listed.group()) if listed else 0)
     assert count(content) <= budget + note_allowance
+
+
+MENTIONED = re.compile(r"; it mentioned .*?(?=\. (?:If|Ask) )")
+BUILD_LOG = "\n".join(
+    [
+        "Build finished: build-7f3a9c21 (3 artifacts uploaded).",
+        *(f"step {i:03d} passed in {i % 7} seconds" for i in range(120)),
+        "pushed sha256:" + "4e5f" * 16 + " to https://registry.example.com/app",
+        *(f"cleanup {i:03d} done" for i in range(40)),
+    ]
+)
+
+
+def test_a_cut_lists_the_names_it_took_away_inside_its_note() -> None:
+    message = tool_result("c1", BUILD_LOG)
+    cut = trim(message, max_tokens=64, count=count, tool_name="build")
+    content = text(cut)
+    assert "build-7f3a9c21" not in content.partition("\n\n[")[0]  # the head kept too little
+    note = content[content.index("\n\n[") : content.index("]\n\n") + 1]
+    digest = "sha256:" + "4e5f" * 16
+    assert (
+        f"context window; it mentioned build-7f3a9c21, {digest}, "
+        "https://registry.example.com/app. If the missing part" in note
+    )
+    assert is_trimmed(cut)
+    assert trim(message, max_tokens=64, count=count, tool_name="build") == cut
+
+
+def test_the_names_a_cut_lists_are_found_again_in_the_cut_text() -> None:
+    # A later artifact trail reads the names from the cut message's text: it must find the
+    # ones only the note still holds, wherever the cut falls (mid-line, at a name's edge).
+    one_line = BUILD_LOG.replace("\n", " ")
+    for body in (BUILD_LOG, one_line):
+        names = kept_names(body)
+        assert len(names) == 3
+        for budget in range(40, 600, 7):
+            content = text(
+                trim(tool_result("c", body), max_tokens=budget, count=count, tool_name=None)
+            )
+            assert kept_names(content)[: len(names)] == names, (budget, content)
+
+
+def test_a_cut_lists_only_the_names_its_kept_part_does_not_show() -> None:
+    content = text(trim(tool_result("c1", BUILD_LOG), max_tokens=500, count=count, tool_name=None))
+    head, note, _ = re.split(r"\n\n(\[\.\.\. .*?\])\n\n", content)
+    assert "build-7f3a9c21" in head
+    assert f"; it mentioned sha256:{'4e5f' * 16}, https://registry.example.com/app." in note
+    whole = text(trim(tool_result("c1", BUILD_LOG), max_tokens=1400, count=count, tool_name=None))
+    assert "it mentioned" not in whole  # every name is in the head or the tail
+
+
+def test_a_cut_uses_the_names_its_caller_found() -> None:
+    message = tool_result("c1", lines(2000))
+    given_names = text(
+        trim(message, max_tokens=200, count=count, tool_name=None, names=["job-20931"])
+    )
+    assert "context window; it mentioned job-20931. If" in given_names
+    none = text(
+        trim(tool_result("c1", BUILD_LOG), max_tokens=64, count=count, tool_name=None, names=[])
+    )
+    assert "it mentioned" not in none
+
+
+def test_the_names_a_note_lists_take_their_room_from_the_kept_part() -> None:
+    message = tool_result("c1", BUILD_LOG.replace("build-7f3a9c21", "build-" + "7f3a9c21" * 8))
+    listing = text(trim(message, max_tokens=300, count=count, tool_name=None))
+    plain = text(trim(message, max_tokens=300, count=count, tool_name=None, names=[]))
+    assert "it mentioned" in listing
+    assert abs(count(listing) - count(plain)) < 15  # the cut still lands near its size
+    assert len(listing.partition("\n\n[")[0]) < len(plain.partition("\n\n[")[0])
+    # A budget too small to give the names' room up keeps a few tokens of text all the same.
+    small = text(trim(message, max_tokens=150, count=count, tool_name=None))
+    assert small.startswith("Build finished")
+
+
+def test_a_json_cut_lists_the_names_of_the_items_it_took_away() -> None:
+    items = [{"job": f"job-{20000 + i}", "state": "done " * 30} for i in range(300)]
+    content = text(
+        trim(tool_result("c1", json.dumps(items)), max_tokens=230, count=count, tool_name=None)
+    )
+    shown, note = content.split("\n", 1)
+    assert [item["job"] for item in json.loads(shown)] == ["job-20000", "job-20299"]
+    listed = "job-20001, job-20002, job-20003, job-20004, job-20005"
+    assert (
+        "(the first 1 and the last 1): the full result was too large for the context window; "
+        f"it mentioned {listed}. Ask" in note
+    )
+    assert kept_names(content) == ["job-20000", "job-20299", *listed.split(", ")[:4]]
 
 
 def test_a_cleared_result_keeps_a_bounded_list_of_the_names_it_mentioned() -> None:
