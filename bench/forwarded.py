@@ -13,7 +13,8 @@ chat view), and judges three things the statement checks cannot see:
   message or tool result), which says which user turn was running and which of its tool
   rounds had been sent. The user message that started that turn must be forwarded in place
   (a user message with its text, its first line at least), and every one of those rounds
-  must follow it, its result neither dropped nor cleared;
+  must follow it, its result never cleared and dropped only once nothing older than the
+  turn is forwarded (a running turn can outgrow the room its instructions and tools leave);
 - a tool result too large to forward whole: forwarded cut, with the "showing N of M items"
   note the proxy writes, in every request after it.
 """
@@ -25,8 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from bench.measures import Stale, Tally
-from proxy.core.messages import Message, role, text
-from proxy.core.summary import detach_notes, notes_in
+from proxy.core.messages import INSTRUCTION_ROLES, Message, role, text
+from proxy.core.summary import detach_notes, note_of, notes_in
 from proxy.core.tool_results import is_cleared
 
 _SHOWING: Final = re.compile(r"showing ([\d,]+) of ([\d,]+) items")
@@ -86,12 +87,29 @@ def _user_at(messages: Sequence[Message], first_line: str) -> int:
     )
 
 
-def _rounds_missing(messages: Sequence[Message], after: int, expected: Sequence[str]) -> str:
-    """What is missing of the `expected` rounds after position `after` ("" if none)."""
+def _older_before(messages: Sequence[Message], at: int) -> int:
+    """How many of the client's messages older than the running turn (which starts at `at`)
+    are forwarded: instructions and the proxy's notes apart."""
+    return sum(
+        role(message) not in INSTRUCTION_ROLES
+        and note_of(message) is None
+        and bool(_user_text(message).strip() or role(message) != "user")
+        for message in messages[: max(at, 0)]
+    )
+
+
+def _rounds_missing(
+    messages: Sequence[Message], after: int, expected: Sequence[str], older: int
+) -> str:
+    """What is missing of the `expected` rounds after position `after` ("" if none): a round
+    dropped while `older` messages from before the running turn are still forwarded (it
+    could have gone instead), or a round cleared (a running turn's results are cut, never
+    cleared). A running turn bigger than the room left loses its oldest rounds once nothing
+    older is left: that is no miss."""
     results = {str(m.get("tool_call_id")): m for m in messages[after + 1 :] if role(m) == "tool"}
-    dropped = [call for call in expected if call not in results]
+    dropped = [call for call in expected if call not in results] if older else []
     cleared = [call for call in expected if call in results and is_cleared(results[call])]
-    parts = [f"{len(dropped)} dropped"] if dropped else []
+    parts = [f"{len(dropped)} dropped while {older} older messages stayed"] if dropped else []
     parts += [f"{len(cleared)} cleared"] if cleared else []
     return " and ".join(parts) + f" of {len(expected)} rounds" if parts else ""
 
@@ -114,7 +132,7 @@ def running_turn(
         at = _user_at(messages, texts[turn].partition("\n")[0])
         where = f"request {number} (turn {turn + 1}, {sent} rounds sent)"
         user.add("" if at >= 0 else f"{where}: its user message is not there")
-        missing = _rounds_missing(messages, at, calls[turn][:sent])
+        missing = _rounds_missing(messages, at, calls[turn][:sent], _older_before(messages, at))
         held.add(f"{where}: {missing}" if missing else "")
     return user.tally(), held.tally()
 

@@ -337,7 +337,7 @@ MATRIX_TARGETS = (
     ),
     MatrixTarget(
         "running-rounds",
-        "no cut inside the running turn (its every tool round held), fixed-heavy agent",
+        "no cut inside the running turn while anything older is forwarded, fixed-heavy agent",
         "in every forwarded request",
         lambda cell: cell.workload == "fixed-heavy",
         _tally(lambda cell: cell.running_rounds),

@@ -118,9 +118,6 @@ class Workload:
     """The items of the session's first tool result, a JSON array too large to forward
     whole: judge that every later request forwards it cut, with its "showing N of M items"
     note (0: nothing to judge)."""
-    head_heavy: bool = False
-    """The instructions and tools take most of the usable input: the compaction target
-    applies to the room they leave."""
 
     @property
     def calls(self) -> int:
@@ -723,7 +720,6 @@ def fixed_heavy(plan: Plan, counter: TokenCounter) -> Workload:
         _turns(draft, {}),
         (),
         running_turn=True,
-        head_heavy=True,
     )
 
 

@@ -52,6 +52,8 @@ from bench.workloads import BUILDERS, Plan, Workload, WorkloadKey
 from proxy.adapters.tokenizer import Encoders
 from proxy.core.budget import request_budget
 from proxy.core.policy import STRATEGIES, ContextPolicy, Strategy
+from proxy.core.room import fixed_share as room_fixed_share
+from proxy.core.room import in_room
 from proxy.core.tokens import O200K_BASE, ApproximateEncoder, TokenCounter
 from proxy.mock_upstream import MockUpstream, SummaryQuality
 
@@ -117,9 +119,9 @@ def workload_for(spec: CellSpec, size: Size, counter: TokenCounter) -> Workload:
 
 def landing_target(fixed: float = 0.0) -> float:
     """The compaction target the landings are judged against: the proxy's default, applied
-    to the room a fixed head (instructions and tools: `fixed`, a share of the usable
-    input) leaves, as issue 21 asks of clients whose head takes most of it."""
-    return fixed + ContextPolicy().compaction_target * (1 - fixed)
+    to the room the instructions and tools (`fixed`, a share of the usable input) leave, as
+    the proxy applies it (`proxy.core.room`)."""
+    return in_room(ContextPolicy().compaction_target, fixed)
 
 
 def fixed_share(workload: Workload, window: int, counter: TokenCounter) -> float:
@@ -134,12 +136,12 @@ def fixed_share(workload: Workload, window: int, counter: TokenCounter) -> float
         calibration=TOKEN_FACTOR,
     )
     system = {"role": "system", "content": workload.system}
-    return budget.pressure(counter.request({"messages": [system], "tools": list(workload.tools)}))
+    tokens = counter.messages([system]) + counter.tools({"tools": list(workload.tools)})
+    return room_fixed_share(budget, tokens)
 
 
 def _target(spec: CellSpec, workload: Workload, counter: TokenCounter) -> float:
-    fixed = fixed_share(workload, spec.window, counter) if workload.head_heavy else 0.0
-    return landing_target(fixed)
+    return landing_target(fixed_share(workload, spec.window, counter))
 
 
 async def _drive(client: MatrixClient, progress: Progress) -> None:

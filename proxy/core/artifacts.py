@@ -95,6 +95,12 @@ def selected(
     return [name for index, name in enumerate(trail) if index in chosen]
 
 
+def identifiers(trail: Sequence[str]) -> list[str]:
+    """The names of `trail` that are no paths (ids, hashes, versions, URLs, error codes):
+    what only the trail may still carry, so a shortened trail keeps them to the last."""
+    return [name for name in trail if not _is_path(name)]
+
+
 def _is_path(name: str) -> bool:
     return "://" not in name and ("/" in name or "\\" in name)
 

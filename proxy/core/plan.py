@@ -65,9 +65,17 @@ from proxy.core import statements as ledger
 from proxy.core.budget import Budget
 from proxy.core.ledger import appendix, ledger_of, missing_facts
 from proxy.core.mentions import Mentions
-from proxy.core.messages import Message, is_instruction, role, tool_call_name
+from proxy.core.messages import (
+    Message,
+    is_instruction,
+    leading_instructions,
+    role,
+    text,
+    tool_call_name,
+)
 from proxy.core.policy import ContextPolicy
 from proxy.core.prepared import span_keys
+from proxy.core.room import fixed_share, in_room
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
 from proxy.core.summary import (
@@ -145,6 +153,12 @@ class Situation:
     checkpoint's): only these are read as notes. A message that merely looks like one (a
     model imitating the block it saw, sent back as history) is the client's text."""
 
+    def fixed(self, counter: Counter) -> float:
+        """The share of the usable input the leading instructions and the tools take: the
+        compaction's levels and allowances apply to the room they leave (`proxy.core.room`)."""
+        head = self.messages[: leading_instructions(self.messages)]
+        return fixed_share(self.budget, counter.messages(head) + counter.tools(self.body))
+
 
 @dataclass(frozen=True, slots=True)
 class Allowances:
@@ -162,15 +176,18 @@ class Allowances:
     """The artifact trail: what removed tool results and calls mentioned."""
 
     @classmethod
-    def of(cls, budget: Budget, policy: ContextPolicy) -> Allowances:
-        """The allowances of a request with `budget` under `policy`."""
+    def of(cls, budget: Budget, policy: ContextPolicy, fixed: float = 0.0) -> Allowances:
+        """The allowances of a request with `budget` under `policy`, whose instructions and
+        tools take `fixed` of the usable input: the block's parts are shares of the room
+        they leave, and the target is `compaction_target` of that room."""
         limit = budget.tokens_at(1.0)
-        ledger_size = max(min(LEDGER_FLOOR, limit // 4), int(limit * policy.ledger_share))
+        room = int(limit * (1 - fixed))
+        ledger_size = max(min(LEDGER_FLOOR, room // 4), int(room * policy.ledger_share))
         summary = min(
-            policy.summary_max_tokens, max(SUMMARY_FLOOR, int(limit * policy.summary_share))
+            policy.summary_max_tokens, max(SUMMARY_FLOOR, int(room * policy.summary_share))
         )
-        trail = max(min(ARTIFACTS_FLOOR, limit // 8), int(limit * ARTIFACTS_SHARE))
-        target = budget.tokens_at(policy.compaction_target)
+        trail = max(min(ARTIFACTS_FLOOR, room // 8), int(room * ARTIFACTS_SHARE))
+        target = budget.tokens_at(in_room(policy.compaction_target, fixed))
         return cls(target, limit, ledger_size, summary, summary // 2, trail)
 
 
@@ -379,7 +396,7 @@ def plan_compaction(
     if not is_well_formed(group_units(situation.messages)):
         # Malformed input is the client's to fix: forwarded as sent, never silently repaired.
         return Unchanged("malformed", tokens)
-    reason = _reason_to_wait(situation, tokens)
+    reason = _reason_to_wait(situation, tokens, situation.fixed(counter))
     if reason is not None:
         return Unchanged(reason, tokens)
     # Only now the work that reads the whole conversation (its statements, its pins).
@@ -396,14 +413,14 @@ def _mentions(mentions: Mentions | None) -> Mentions:
     return Mentions() if mentions is None else mentions
 
 
-def _reason_to_wait(situation: Situation, tokens: int) -> str | None:
+def _reason_to_wait(situation: Situation, tokens: int, fixed: float) -> str | None:
     if situation.force:
         return None
     budget, policy = situation.budget, situation.policy
     fits = budget.fits(tokens)
     if not policy.auto_compact:
         return "auto_compact_off"
-    if budget.pressure(tokens) < policy.compression_trigger:
+    if budget.pressure(tokens) < in_room(policy.compression_trigger, fixed):
         return "under_trigger"
     cooling = situation.turns_since_compaction is not None and (
         situation.turns_since_compaction < policy.cooldown_turns
@@ -453,7 +470,9 @@ class _Work:
 
     def __post_init__(self) -> None:
         self.notes = set(self.situation.notes)
-        self.allowances = Allowances.of(self.situation.budget, self.situation.policy)
+        situation = self.situation
+        fixed = situation.fixed(self.counter)
+        self.allowances = Allowances.of(situation.budget, situation.policy, fixed)
         self.pin_task = self.situation.policy.pin_first_user
         self.tools = self.counter.tools(self.situation.body)
         self.before = self.total()
@@ -478,7 +497,12 @@ class _Work:
             if standalone is None:
                 said.append(restored)
         everything = ledger.merged(earlier, ledger.statements_of(said))
-        chosen = ledger.selected(everything, allowances.ledger, count)
+        # The user's rules, specifics and task may take up to half the allowance again when
+        # they need it (a small window's allowance holds a dozen of them); chatter never.
+        allowance = allowances.ledger
+        needed = ledger.cost(ledger.above_chatter(everything), count)
+        allowance = max(allowance, min(needed, allowance * 3 // 2))
+        chosen = ledger.selected(everything, allowance, count)
         self.ledger_budget = ledger.cost(chosen, count)
         whole = self.trail_of(said, carried, allowances.artifacts)
         self.trail_budget = artifacts.cost(whole, count)
@@ -633,7 +657,13 @@ def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool], st
         tokens = work.counter.message(message)
         if tokens > cap:
             name = work.tool_name(index)
-            trimmed = trim(message, max_tokens=cap, count=work.counter.text, tool_name=name)
+            trimmed = trim(
+                message,
+                max_tokens=cap,
+                count=work.counter.text,
+                tool_name=name,
+                names=_names(work, message),
+            )
             # A result barely over a small cap would grow by the note: keep it whole then.
             if work.counter.message(trimmed) < tokens:
                 messages[index] = trimmed
@@ -718,8 +748,10 @@ def _truncate_rest(work: _Work) -> None:
 
 
 def _release_task(work: _Work) -> None:
-    """Let the pinned task go too: its words are then carried by the ledger."""
-    if work.pins.first_user is None or work.pins.first_user >= work.pins.recent:
+    """Let the pinned task go too: its words are then carried by the ledger. Not when the
+    task is the running turn's user message (an agent's first turn): that stays in place."""
+    first = work.pins.first_user
+    if first is None or first >= work.pins.recent or first == work.pins.running:
         return
     work.pin_task = False
     work.regroup()
@@ -751,30 +783,37 @@ def _release_running(work: _Work) -> None:
 def _fit_block(work: _Work) -> None:
     """Shorten the block written in this compaction to the room what must stay leaves it
     (the running turn's user message can take most of a small window): first its summary's
-    last lines (the part any summarizer could write), then the trail's and the ledger's
-    lowest-ranked entries, each part in proportion to its size, only as far as the target
-    still needs."""
+    last lines (the part any summarizer could write), then the trail's paths and the
+    ledger's chatter, each part in proportion to its size, only as far as the target still
+    needs, and only when that reaches it."""
     block = work.block
     found = _block_index(work, block)
     if block is None or found is None:
         return
-    messages = list(work.messages)
+    count = work.counter
     excess = work.total() - work.target
+
+    def fitted_to(excess: int) -> tuple[str, str, list[Message], int]:
+        note, fitted = _fitted(block, excess, count.text)
+        messages = list(work.messages)
+        messages[found] = replace_note(messages[found], block, fitted)
+        return note, fitted, messages, count.messages(messages) + work.tools - work.target
+
     # A block that cannot be made small enough stays whole: the request lands above the
     # target (it still fits), and nothing the block carries is lost for no gain.
-    barest = _fitted(block, work.total(), work.counter.text)[1]
-    messages[found] = replace_note(work.messages[found], block, barest)
-    if work.counter.messages(messages) + work.tools > work.target:
+    barest = fitted_to(work.total())
+    if barest[3] > 0:
         return
     for _ in range(_CUT_ATTEMPTS):
-        note, fitted = _fitted(block, excess, work.counter.text)
-        messages[found] = replace_note(work.messages[found], block, fitted)
+        note, fitted, messages, over = fitted_to(excess)
         # Each part's saving is counted apart; the message as a whole can count a little
-        # more (tokens merge differently at the joins): the overshoot is cut again.
-        over = work.counter.messages(messages) + work.tools - work.target
-        if over <= 0 or fitted == block:
+        # more (tokens merge differently at the joins): the overshoot is cut again, and
+        # short of the target after a few tries the barest block is taken.
+        if over <= 0:
             break
         excess += over
+    else:
+        note, fitted, messages, _ = barest
     work.notes.add(note_digest(fitted))
     work.note, work.block = note, fitted
     work.update(messages, "fit_block")
@@ -791,10 +830,14 @@ def _fitted(block: str, excess: int, count: Callable[[str], int]) -> tuple[str, 
         # The rest from the trail and the ledger in proportion to their sizes: each keeps
         # what ranks first in it (the ids and the leading paths; the user's rules,
         # constraints and specifics), and each loses its least first (other paths, chatter).
+        # Neither gives what only it carries: the trail keeps its ids, hashes, versions and
+        # error codes, the ledger the user's rules, specifics and task.
         trail_cost, ledger_cost = artifacts.cost(trail, count), ledger.cost(kept, count)
         from_trail = math.ceil(excess * trail_cost / max(trail_cost + ledger_cost, 1))
-        trail = artifacts.selected(trail, trail_cost - from_trail, count)
-        kept = ledger.selected(kept, ledger_cost - (excess - from_trail), count)
+        least = artifacts.cost(artifacts.identifiers(trail), count)
+        trail = artifacts.selected(trail, max(trail_cost - from_trail, least), count)
+        least = ledger.cost(ledger.above_chatter(kept), count)
+        kept = ledger.selected(kept, max(ledger_cost - (excess - from_trail), least), count)
     return shortened, ledger.with_ledger(artifacts.with_trail(shortened, trail), kept)
 
 
@@ -819,8 +862,11 @@ def _shortened(note: str, room: int, count: Callable[[str], int]) -> str:
     if at != -1:
         body, closing = body[: max(at - 2, 0)], body[at:]
     left = room - count(header) - count(closing)
-    kept = _clipped(body, max(left, 0), count).rstrip()
-    return "\n\n".join(part for part in (header, kept, closing) if part)
+    lines = _clipped(body, max(left, 0), count).rstrip().splitlines()
+    # A heading whose lines all went goes too ("Files and paths:" over nothing).
+    while lines and (lines[-1].startswith("#") or lines[-1].endswith(":")):
+        lines.pop()
+    return "\n\n".join(part for part in (header, "\n".join(lines), closing) if part)
 
 
 def _trim_recent(work: _Work) -> None:
@@ -867,13 +913,20 @@ def _cut_to(work: _Work, index: int, size: int) -> Message:
     made again from the original, smaller by the overshoot."""
     original, cap, attempts = work.messages[index], size, 1
     name = work.tool_name(index)
-    cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name)
+    names = _names(work, original)
+    cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name, names=names)
     over = work.counter.message(cut) - size
     while over > 0 and cap > _MIN_CUT and attempts < _CUT_ATTEMPTS:
         cap, attempts = max(cap - over, _MIN_CUT), attempts + 1
-        cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name)
+        cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name, names=names)
         over = work.counter.message(cut) - size
     return cut
+
+
+def _names(work: _Work, message: Message) -> Sequence[str] | None:
+    """The names a cut of `message` lists when it cuts them away: a tool result's are found
+    once (`work.mentions`); any other message's, by the cut itself."""
+    return work.mentions.names(message) if is_tool_result(message) else None
 
 
 def _cap_recent(work: _Work) -> None:
@@ -922,6 +975,8 @@ class _Eviction:
     """How many of the client's messages the earlier notes stood for."""
     carried: tuple[str, ...] = ()
     """The artifact trail of the earlier notes."""
+    task_first: bool = False
+    """Whether the task (in the span) was said before what the earlier notes carry."""
 
     @property
     def condensed(self) -> int:
@@ -940,12 +995,17 @@ class _Eviction:
         """The span to evict: everything before the recent window when `deep`, else just
         enough to bring `work` to its target. None when there is nothing to evict, or when
         the span frees no more than `note_tokens` (the note would cost what it saves)."""
-        messages, previous, earlier, represented, carried = _detached(work)
+        messages, previous, earlier, represented, carried, places = _detached(work)
         floor = work.pins.head
         # The span starts after the pinned task, unless the task is in the recent window
         # (when the conversation's only real user message is its newest).
         if work.pins.first_user is not None and work.pins.first_user < work.pins.recent:
             floor = max(floor, work.pins.first_user + 1)
+        # A running turn let go keeps the user message that started it in place: only its
+        # oldest rounds go (the note then closes that message).
+        running = work.pins.running
+        if not work.keep_running and running is not None and running < work.pins.recent:
+            floor = max(floor, running + 1)
         candidates = [u for u in work.units if u.start >= floor and u.stop <= work.pins.recent]
         if not candidates:
             return None
@@ -970,8 +1030,20 @@ class _Eviction:
         users = (i for i in range(work.pins.head, len(messages)) if role(messages[i]) == "user")
         first = next(users, None)
         task = messages[first] if first is not None and start <= first < stop else None
+        # The task was said before what the earlier notes carry when they all stand after it
+        # (a released task goes to the ledger first, so later values replace its own).
+        before = task is not None and first is not None and all(p > first for p in places)
         eviction = cls(
-            work, messages, start, stop, previous, tuple(earlier), task, represented, carried
+            work,
+            messages,
+            start,
+            stop,
+            previous,
+            tuple(earlier),
+            task,
+            represented,
+            carried,
+            task_first=before,
         )
         # Only notes of earlier compactions to evict: nothing new to gain, and replacing a note
         # with a note would change the prefix for nothing.
@@ -997,8 +1069,16 @@ class _Eviction:
         return ledger.selected(current, work.ledger_budget, work.counter.text)
 
     def statements(self) -> list[Statement]:
-        """The earlier ledger merged with what the span's user said (latest value of each)."""
+        """The earlier ledger merged with what the span's user said (latest value of each).
+
+        A task said before what the earlier notes carry (released now, when the earlier
+        notes stand after it) loses to them what they replaced ("Budget: $500" in the task,
+        "$700" in the ledger): merged after them, it would replace the newer value."""
         said = ledger.statements_of(self.evicted, task=self.task)
+        if self.task is not None and self.task_first:
+            task = ledger.statements_of([self.task], task=self.task)
+            kept = {s.text for s in ledger.merged(task, self.earlier)}
+            said = [s for s in said if s.text in kept or s not in task]
         return ledger.merged(self.earlier, said)
 
     def replaced(self) -> list[str]:
@@ -1025,10 +1105,17 @@ class _Eviction:
         artifact trail (`trail`, or this span's own)."""
         noted = artifacts.with_trail(note, self.trail() if trail is None else trail)
         block = ledger.with_ledger(noted, self.ledger() if kept is None else kept)
-        self.work.notes.add(note_digest(block))
-        reduced = [*self.messages[: self.start], *self.messages[self.stop :]]
-        messages = splice(reduced, self.start, self.start, block).messages
         work = self.work
+        work.notes.add(note_digest(block))
+        # Earlier notes standing before the span (a running turn's span starts after its
+        # user message) are folded into the new note like those in it: they go too.
+        head = work.pins.head
+        before = [
+            m for i, m in enumerate(self.messages[: self.start])
+            if i < head or work.note_of(m) is None
+        ]  # fmt: skip
+        reduced = [*before, *self.messages[self.stop :]]
+        messages = splice(reduced, len(before), len(before), block).messages
         count = work.counter.messages
         # A note as big as what it replaces would make the request no smaller: not worth it.
         if count(messages) < count(work.messages):
@@ -1053,21 +1140,27 @@ def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens:
 
 def _detached(
     work: _Work,
-) -> tuple[list[Message], str | None, list[Statement], int, tuple[str, ...]]:
+) -> tuple[list[Message], str | None, list[Statement], int, tuple[str, ...], tuple[float, ...]]:
     """`work.messages` with every note merged into a user message taken out (wherever it
     stands: the new note carries them all, so no message ever holds two), the newest
     earlier note's summary part (or marker) with the ledgers of all of them, how many
-    messages they stood for, and their artifact trails (the newest note's first)."""
+    messages they stood for, their artifact trails (the newest note's first), and where
+    each note stood (its message's index; less a half for a note opening a message, plus a
+    half for one closing it)."""
     messages = list(work.messages)
     found: list[str] = []
+    places: list[float] = []
     for index in range(work.pins.head, len(messages)):
         standalone = work.note_of(messages[index])
         if standalone is not None:
             if index < work.pins.recent:  # one in the recent window stays where it is
                 found.append(standalone)
+                places.append(index)
             continue
+        original = text(messages[index])
         messages[index], merged_notes = work.detach_notes(messages[index])
         found += merged_notes
+        places += [index - 0.5 if original.startswith(n) else index + 0.5 for n in merged_notes]
     earlier: list[Statement] = []
     carried: list[str] = []
     previous = None
@@ -1077,7 +1170,7 @@ def _detached(
         earlier = ledger.merged(earlier, statements)
         carried = artifacts.merged(trail, carried)
     represented = sum(stands_for(note) for note in found)
-    return messages, previous, earlier, represented, tuple(carried)
+    return messages, previous, earlier, represented, tuple(carried), tuple(places)
 
 
 def _given_back(

@@ -18,6 +18,7 @@ from collections.abc import Collection, Sequence
 from proxy.core.digests import chain, digest
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy
+from proxy.core.room import in_room
 
 SPAN = "s:"
 NOTE = "n:"
@@ -42,13 +43,14 @@ def note_key(note: str, conversation: str) -> str:
     return NOTE + digest(["note", note, conversation]).hex()
 
 
-def preparing(pressure: float, policy: ContextPolicy) -> bool:
+def preparing(pressure: float, policy: ContextPolicy, fixed: float = 0.0) -> bool:
     """Whether a request at `pressure` should have its summary prepared: it is past the
-    preparation level and a compaction of it would summarize."""
+    preparation level (of the room instructions and tools taking `fixed` of the usable
+    input leave: `proxy.core.room`) and a compaction of it would summarize."""
     return (
         policy.auto_compact
         and policy.strategy in _SUMMARIZING
-        and pressure >= policy.preparation_level
+        and pressure >= in_room(policy.preparation_level, fixed)
     )
 
 

@@ -351,6 +351,12 @@ def selected(
     return [statement for index, statement in enumerate(statements) if index in chosen]
 
 
+def above_chatter(statements: Sequence[Statement]) -> list[Statement]:
+    """The statements ranked above chatter (rules, specifics, the task): a shortened ledger
+    keeps them to the last."""
+    return [statement for statement in statements if statement.rank != OTHER]
+
+
 def _priority(statements: Sequence[Statement], index: int) -> tuple[int, int]:
     rank = statements[index].rank
     # The rest goes newest first: the latest chatter is the likeliest to matter next.

@@ -30,6 +30,7 @@ from proxy.core.messages import tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.policy import Strategy
 from proxy.core.prepared import covered, note_key
+from proxy.core.room import in_room
 from proxy.core.session import Checkpoint, CompactionRecord, known_notes, new_checkpoint
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
@@ -109,8 +110,11 @@ class Compactor:
         self, turn: Turn, outcome: Outcome, event: hooks.Event = "turn_start"
     ) -> list[hooks.Action]:
         policy = turn.policy
+        # The default hook fires where the plan starts compacting: at the trigger's share of
+        # the room the instructions and tools leave.
+        trigger = in_room(policy.compression_trigger, turn.fixed)
         rules = hooks.with_default_hook(
-            self._rules, auto_compact=policy.auto_compact, trigger=policy.compression_trigger
+            self._rules, auto_compact=policy.auto_compact, trigger=trigger
         )
         facts = hooks.TurnFacts(
             turn=turn.state.turns,

@@ -126,7 +126,7 @@ class Preparer:
         need at its next compaction, if it is due and not being written already."""
         policy, budget = turn.policy, turn.budget
         messages, tokens = outcome.messages, outcome.tokens_after
-        if turn.session is None or not preparing(budget.pressure(tokens), policy):
+        if turn.session is None or not preparing(budget.pressure(tokens), policy, turn.fixed):
             return
         conversation = (turn.tenant, turn.session)
         if conversation in self._running or not self._breaker.allows(self._clock()):

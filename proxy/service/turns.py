@@ -24,6 +24,7 @@ from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy, ModelPolicies
 from proxy.core.request import ChatRequest
+from proxy.core.room import fixed_share
 from proxy.core.session import (
     Checkpoint,
     SessionState,
@@ -91,6 +92,13 @@ class Turn:
     def tokens(self, messages: list[Message]) -> int:
         """Our raw (uncalibrated) count of a request carrying `messages`."""
         return self.counter.messages(messages) + self.counter.tools(self.request.body)
+
+    @property
+    def fixed(self) -> float:
+        """The share of the usable input the instructions and tools take: the trigger and
+        the preparation level apply to the room they leave (`proxy.core.room`), as the
+        plan's target does."""
+        return fixed_share(self.budget, self.tokens(self.head))
 
     async def planned(
         self, messages: Sequence[Message], plan: Callable[[TokenCounter, Mentions], _T]

@@ -15,13 +15,16 @@ from typing import Any
 from proxy.core import artifacts
 from proxy.core import statements as ledger
 from proxy.core.messages import Message
-from proxy.core.plan import Allowances, Compacted, plan_compaction
+from proxy.core.plan import Compacted, plan_compaction
 from proxy.core.summary import TOOLS_REMINDER, detach_notes, note_of
 from tests.builders import assistant, assistant_calls, system, tool_result, user
-from tests.core.test_plan import run, situation, words
+from tests.core.test_plan import run, situation, target_of, words
 from tests.core.words import COUNTER
 
 ROUNDS = 12
+ORDINALS = "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth"
+CHATTER = [f"The {nth} part of the work went well." for nth in ORDINALS.split()]
+"""A sentence of chatter in each round's user message: the ledger's lowest rank."""
 SUMMARY = "\n".join(f"- summary line {i} " + words(8) for i in range(40))
 """A summarizer that writes more than the allowance: clipped to it, then fitted."""
 
@@ -32,7 +35,7 @@ def agent(running: Any, rounds: int = ROUNDS) -> list[Message]:
     messages = [system(), user("the task: port the billing service")]
     for i in range(rounds):
         messages += [
-            user(f"Deploy stage {i} to the eu-west-{i} region."),
+            user(f"Deploy stage {i} to the eu-west-{i} region. {CHATTER[i % ROUNDS]}"),
             assistant_calls(f"c{i}", name="read_file"),
             tool_result(f"c{i}", f"src/billing/mod_{i}.py build-{i}7f3a9c2{i} " + words(120)),
             assistant(f"read {i}"),
@@ -44,7 +47,7 @@ def compacted(running: Any, window: int = 2000, rounds: int = ROUNDS) -> tuple[C
     """The plan's result for `agent(running, rounds)`, its target and its block."""
     asked = situation(agent(running, rounds), window=window)
     result = run(plan_compaction(asked, COUNTER), SUMMARY)
-    return result, Allowances.of(asked.budget, asked.policy).target, block_of(result.messages)
+    return result, target_of(asked), block_of(result.messages)
 
 
 def block_of(messages: list[Message]) -> str:
@@ -71,49 +74,54 @@ def test_a_block_with_room_is_not_touched() -> None:
 
 def test_the_summary_gives_first_its_first_lines_and_the_tools_line_stay() -> None:
     roomy = parts(compacted("now the next step: " + words(300))[2])[0]
-    result, target, block = compacted("now the next step: " + words(600))
+    result, target, block = compacted("now the next step: " + words(500))
     assert "fit_block" in result.steps
     assert result.tokens_after <= target
     note, kept, trail = parts(block)
-    # The ledger and the trail stand whole (every round left: its statement, its path and
-    # its build id); the summary lost its last lines, not its first.
-    assert len(kept) == ROUNDS
+    # The ledger and the trail stand whole (every round left: its two statements, its path
+    # and its build id); the summary lost its last lines, not its first.
+    assert len(kept) == 2 * ROUNDS
     assert len(trail) == 2 * ROUNDS
     assert "- summary line 0" in note
     assert "- summary line 6" in roomy
     assert "- summary line 6" not in note
     assert note.rstrip().endswith(f"{TOOLS_REMINDER}search.")
-    assert note.startswith("[Earlier turns of this conversation were condensed: ")
+    assert "[Earlier turns of this conversation were condensed: " in note
 
 
-def test_then_the_trail_and_the_ledger_each_lose_their_least_first() -> None:
-    result, target, block = compacted("now the next step: " + words(700))
+def test_then_the_trail_s_paths_and_the_ledger_s_chatter_in_proportion() -> None:
+    result, target, block = compacted("now the next step: " + words(620))
     assert result.tokens_after <= target
     note, kept, trail = parts(block)
     assert "summary line" not in note
     assert note.rstrip().endswith(f"{TOOLS_REMINDER}search.")
-    # Both gave, in proportion: the trail its paths before any id, the ledger its lowest
-    # ranked statements (here, all alike: the newest), neither all of it.
-    assert 0 < len(trail) < 2 * ROUNDS
-    assert all(name.startswith("build-") for name in trail)
-    assert 0 < len(kept) < ROUNDS
-    assert kept[0].text == "Deploy stage 0 to the eu-west-0 region."
+    # Both gave, neither all it could: the trail some paths, the ledger some chatter (the
+    # oldest first). Every build id and every statement with a specific in it stands.
+    ids = [name for name in trail if name.startswith("build-")]
+    assert len(ids) == ROUNDS
+    assert ROUNDS < len(trail) < 2 * ROUNDS
+    said = [statement.text for statement in kept]
+    assert all(f"Deploy stage {i} to the eu-west-{i} region." in said for i in range(ROUNDS))
+    chatter = [text for text in said if text in CHATTER]
+    assert 0 < len(chatter) < ROUNDS
+    assert chatter == CHATTER[ROUNDS - len(chatter) :]
     # The conversation records the fitted block as the proxy's: the next compaction reads it.
     assert result.notes
 
 
 def test_a_block_that_cannot_reach_the_target_stays_whole() -> None:
-    result, target, block = compacted("now the next step: " + words(1000))
+    result, target, block = compacted("now the next step: " + words(700))
     assert result.tokens_after > target
     assert "fit_block" not in result.steps
-    _, kept, trail = parts(block)
-    assert len(kept) == ROUNDS
-    assert trail
+    note, kept, trail = parts(block)
+    assert len(kept) == 2 * ROUNDS
+    assert len(trail) == 2 * ROUNDS
+    assert "- summary line 0" in note
 
 
 def test_a_block_opening_a_multimodal_message_is_fitted_in_its_part() -> None:
     running = [
-        {"type": "text", "text": "now the next step: " + words(400)},
+        {"type": "text", "text": "now the next step: " + words(300)},
         {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
     ]
     result, target, block = compacted(running, window=5000, rounds=30)
@@ -122,3 +130,31 @@ def test_a_block_opening_a_multimodal_message_is_fitted_in_its_part() -> None:
     last = result.messages[-1]
     assert last["content"][-2:] == running  # the client's parts, whole, after the block
     assert "- summary line 6" not in block
+
+
+def test_a_fit_that_keeps_overshooting_takes_the_barest_block() -> None:
+    # Here each fit made again for its overshoot overshoots again (by a token: the joins),
+    # until the tries run out: the barest block (no summary line, no path, no chatter) fits.
+    asked = situation(agent("now the next step: " + words(690)), window=2000)
+    result = run(plan_compaction(asked, COUNTER), SUMMARY)
+    assert "fit_block" in result.steps
+    assert result.tokens_after <= target_of(asked)
+    note, kept, trail = parts(block_of(result.messages))
+    assert "summary line" not in note
+    assert [s.text for s in kept] == [
+        f"Deploy stage {i} to the eu-west-{i} region." for i in range(ROUNDS)
+    ]
+    assert trail == [f"build-{i}7f3a9c2{i}" for i in reversed(range(ROUNDS))]
+
+
+def test_a_heading_whose_lines_all_went_goes_too() -> None:
+    sections = [f"## Part {n}\n" + "\n".join(f"- point {n}.{i} " + words(8) for i in range(3))
+                for n in range(8)]  # fmt: skip
+    # Cut right after "## Part 1": the heading stands over nothing, and goes.
+    asked = situation(agent("now the next step: " + words(480)), window=2000)
+    result = run(plan_compaction(asked, COUNTER), "\n".join(sections))
+    assert "fit_block" in result.steps
+    note = parts(block_of(result.messages))[0]
+    body = note.rpartition("\n\n")[0].splitlines()  # the summary, its tools line apart
+    assert body[-1] == "- point 0.2 " + words(8)
+    assert "## Part 1" not in body

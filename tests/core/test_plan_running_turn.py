@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from proxy.core.messages import Message, role
-from proxy.core.plan import Allowances, Compacted, plan_compaction
+from proxy.core.plan import Compacted, plan_compaction
 from proxy.core.policy import STRATEGIES
-from proxy.core.summary import note_of, stands_for
+from proxy.core.summary import note_of, notes_in, stands_for
 from proxy.core.tool_results import is_cleared
 from proxy.core.units import group_units, pins
 from tests.builders import assistant, assistant_calls, system, tool_result, user
-from tests.core.test_plan import run, situation, words
+from tests.core.test_plan import run, situation, target_of, words
 from tests.core.words import COUNTER
 
 FILES = [
@@ -53,7 +53,7 @@ def test_the_result_the_user_asks_about_is_cut_never_cleared(strategy: str) -> N
     assert not is_cleared(result.messages[3])
     assert "showing " in content
     assert " of 4000 items" in content
-    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+    assert result.tokens_after <= target_of(asked)
 
 
 def agent_turns(turns: int, rounds: int, size: int) -> list[Message]:
@@ -96,7 +96,7 @@ def test_a_running_turn_too_big_for_the_window_has_its_results_cut_first() -> No
     kept = [m for m in result.messages[start:] if role(m) == "tool"]
     assert [m["tool_call_id"] for m in kept] == ["b0", "b1", "b2", "b3"]
     assert any("cut from the middle" in str(m["content"]) for m in kept)
-    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+    assert result.tokens_after <= target_of(asked)
 
 
 def test_with_nothing_older_to_go_the_running_turn_is_windowed_by_tokens() -> None:
@@ -140,7 +140,7 @@ def test_a_running_turn_still_too_big_after_its_results_are_cut_is_windowed_like
     asked = situation(messages, window=2000)
     result = run(plan_compaction(asked, COUNTER))
     assert "release_running" in result.steps
-    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+    assert result.tokens_after <= target_of(asked)
     assert result.messages[-2:] == messages[-2:]  # the newest round, whole
 
 
@@ -174,7 +174,7 @@ def test_cuts_that_keep_overshooting_still_land_the_running_turn() -> None:
     result = run(plan_compaction(asked, Overshooting()))
     assert "trim_recent" in result.steps
     assert running[0] in result.messages
-    assert result.tokens_after <= Allowances.of(asked.budget, asked.policy).target
+    assert result.tokens_after <= target_of(asked)
 
 
 def test_a_value_the_user_replaced_since_is_not_in_the_block() -> None:
@@ -191,3 +191,24 @@ def test_a_value_the_user_replaced_since_is_not_in_the_block() -> None:
     assert "Budget: $700 for the cloud bill." in str(result.messages)
     assert "$500" not in block
     assert "- the agent read four files" in block
+
+
+def test_a_released_task_does_not_bring_back_a_value_the_user_replaced_since() -> None:
+    # The summary layer folds "$700" into the block; the task, released to land, said "$500"
+    # before it: folded after the block, its value would replace the newer one.
+    def rounds(tag: str) -> list[Message]:
+        calls = [
+            (assistant_calls(f"{tag}{n}"), tool_result(f"{tag}{n}", words(80, tag)))
+            for n in range(3)
+        ]
+        return [message for pair in calls for message in pair]
+
+    task = user("Budget: $500 for the cloud bill. " + words(300, "context"))
+    messages = [system(), task, *rounds("a"), assistant("ok")]
+    messages += [user("Budget: $700 for the cloud bill."), *rounds("b"), assistant("ok")]
+    messages += [user("go on"), *rounds("c")]
+    result = run(plan_compaction(situation(messages, window=1200), COUNTER))
+    assert "release_task" in result.steps
+    block = "\n".join(notes_in(result.messages))
+    assert "- Budget: $700 for the cloud bill." in block
+    assert "$500" not in block
