@@ -278,7 +278,12 @@ class CellResult:
 
     @property
     def landings_above_target(self) -> int:
-        return sum(pressure > self.target for pressure in self.landing_pressures)
+        return sum(self.above_target(pressure) for pressure in self.landing_pressures)
+
+    def above_target(self, pressure: float) -> bool:
+        """Whether a landing at `pressure` is above the target. The header says the pressure
+        to 4 decimals: a landing on the target itself can read half a unit above it."""
+        return pressure > self.target + 5e-5
 
     @property
     def overflows_after_calibration(self) -> int:

@@ -455,13 +455,7 @@ def _matrix_intro(cells: list[CellResult]) -> str:
         for window, factor in scaled
     )
     workloads = {cell.workload for cell in cells}
-    heavy = (
-        " The fixed-heavy agent's landings are judged in the room its instructions and tools "
-        "leave: f + t x (1 - f), f their share of the usable input in the provider's count, t "
-        "the default `compaction_target`."
-        if "fixed-heavy" in workloads
-        else ""
-    ) + (
+    replaced = (
         " Replaced values (labelled statements): judged in the last request's compaction "
         "block (the proxy's notes), not in the messages it forwarded as they came."
         if "labelled" in workloads
@@ -475,8 +469,11 @@ def _matrix_intro(cells: list[CellResult]) -> str:
         "summarizer. Calls: the client's model calls (extra tool rounds the agent asks for "
         "after a compaction included). History: the client's whole history at the end, in "
         "windows. Compactions: answers whose `x-compaction-applied` is not `none`; above "
-        f"target: those whose `x-context-pressure` exceeds {cells[0].target:g} (the "
-        "default `compaction_target`), with the highest landing. Over window: requests the "
+        "target: those whose `x-context-pressure` exceeds the cell's target, with the "
+        "highest landing; the target is the default `compaction_target` t applied to the "
+        "room the instructions and tools leave, as the proxy applies it: f + t x (1 - f), f "
+        "their share of the usable input in the provider's count (0.45 to 0.48 for most "
+        "workloads, 0.84 for the fixed-heavy agent). Over window: requests the "
         "mock refused for its window, all / after the first answer (the first calibration). "
         "Kept: the user's statements (each topic's latest value) as exact substrings of the "
         "last forwarded request (its messages; for `responses` its instructions and input, "
@@ -487,7 +484,7 @@ def _matrix_intro(cells: list[CellResult]) -> str:
         "`encrypted_content`, which the mock refuses altered or parted from the items they "
         "preceded); for `responses` the history is counted as the provider counts items "
         "(a reasoning item as a quarter of its ciphertext). Strict refusals: requests the "
-        "mock refused for broken tool pairing, role order or reasoning items." + bulk + heavy
+        "mock refused for broken tool pairing, role order or reasoning items." + bulk + replaced
     )
 
 

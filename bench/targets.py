@@ -207,7 +207,7 @@ def _landed_after_result(cell: CellResult) -> tuple[bool | None, str]:
     if not after:
         return None, "no request after the result"
     landings = [p for applied, p in after if applied != "none"]
-    above = sum(p > cell.target for p in landings)
+    above = sum(cell.above_target(p) for p in landings)
     shown = ", ".join(f"{pressure(p)} ({applied})" for applied, p in after)
     return bool(landings) and above == 0, f"{above} of {len(landings)} above; {shown}"
 

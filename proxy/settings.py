@@ -50,6 +50,7 @@ from pydantic_settings import EnvSettingsSource
 from proxy.core import hooks as core_hooks
 from proxy.core.keys import ClientKeys, configured_hash, tenant_name
 from proxy.core.policy import ContextPolicy, ModelPolicies
+from proxy.core.summary import DEFAULT_CACHED_PRICE
 from proxy.core.urls import redact, split_credentials
 from proxy.errors import ConfigError
 from proxy.observability.logs import LogFormat
@@ -174,6 +175,11 @@ class SummaryBrainSettings(_Section):
     """How long it is not asked then (compaction goes on without summaries)."""
     max_concurrent: int = Field(default=4, ge=1)
     """Summaries written at once by one replica (more wait their turn, a few at most)."""
+    cached_input_price: float = Field(default=DEFAULT_CACHED_PRICE, ge=0, le=1)
+    """What the upstream charges for a cached input token, as a share of an uncached one
+    (0.1 Anthropic, OpenAI's GPT-5 models, DeepSeek; 0.25 GPT-4.1; 0.5 GPT-4o; 1 when it
+    caches nothing): the conversation's own model is asked for a summary with the
+    conversation it cached only when that costs less than the span as a transcript."""
 
     @field_validator("base_url")
     @classmethod

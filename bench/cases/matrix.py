@@ -41,7 +41,7 @@ import openai
 import yaml
 
 from bench import forwarded
-from bench.cases.matrix_clients import CLIENTS, MODEL, MatrixClient
+from bench.cases.matrix_clients import CLIENTS, MODEL, MatrixClient, flat_tools
 from bench.cases.session import _served
 from bench.config import Api, Size
 from bench.measures import CellResult, Check
@@ -124,9 +124,10 @@ def landing_target(fixed: float = 0.0) -> float:
     return in_room(ContextPolicy().compaction_target, fixed)
 
 
-def fixed_share(workload: Workload, window: int, counter: TokenCounter) -> float:
+def fixed_share(workload: Workload, window: int, counter: TokenCounter, api: Api = "chat") -> float:
     """The share of the usable input that `workload`'s instructions and tools take, in the
-    provider's count (the pressure the proxy reports once calibrated)."""
+    provider's count (the pressure the proxy reports once calibrated), as the proxy counts
+    them for `api` (the Responses API's tools are flat: their schemas count differently)."""
     policy = ContextPolicy()
     budget = request_budget(
         window,
@@ -136,12 +137,13 @@ def fixed_share(workload: Workload, window: int, counter: TokenCounter) -> float
         calibration=TOKEN_FACTOR,
     )
     system = {"role": "system", "content": workload.system}
-    tokens = counter.messages([system]) + counter.tools({"tools": list(workload.tools)})
+    tools = flat_tools(workload.tools) if api == "responses" else list(workload.tools)
+    tokens = counter.messages([system]) + counter.tools({"tools": tools})
     return room_fixed_share(budget, tokens)
 
 
 def _target(spec: CellSpec, workload: Workload, counter: TokenCounter) -> float:
-    return landing_target(fixed_share(workload, spec.window, counter))
+    return landing_target(fixed_share(workload, spec.window, counter, spec.api))
 
 
 async def _drive(client: MatrixClient, progress: Progress) -> None:

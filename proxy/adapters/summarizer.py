@@ -6,11 +6,14 @@ own credentials (the client pays for its summaries, as it would inside an agent 
 
 The brain that is the conversation's own model and upstream is asked in the prefix form
 (`proxy.core.summary.prefix_request`): the conversation as it was forwarded, which the
-provider has cached, then one instruction. When that form does not fit the window, or the
-upstream refuses it (a 4xx: a strict chat template, an overflow), the transcript form is
-sent instead. A brain of its own always gets the transcript form: it cached nothing of the
-conversation. A span too long for the summarizer's own window is summarized in parts, each
-part folding in the summary of the parts before it.
+provider has cached, then one instruction; when that costs less than the span alone as a
+transcript, at the provider's price of a cached input token (`cached_price`, a share of an
+uncached one): the prefix holds the instructions, the tools and the recent turns too, often
+several times the span. When that form does not fit the window, or the upstream refuses it
+(a 4xx: a strict chat template, an overflow), the transcript form is sent instead. A brain
+of its own always gets the transcript form: it cached nothing of the conversation. A span
+too long for the summarizer's own window is summarized in parts, each part folding in the
+summary of the parts before it.
 
 Any failure (unreachable, time-out, an error status, no text) raises `SummaryFailedError`;
 the service then truncates instead, so the user's request never fails because of the
@@ -28,7 +31,13 @@ from typing import Any, Protocol
 from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
-from proxy.core.summary import Prefix, completion_text, prefix_request, split_span
+from proxy.core.summary import (
+    DEFAULT_CACHED_PRICE,
+    Prefix,
+    completion_text,
+    prefix_request,
+    split_span,
+)
 from proxy.errors import UpstreamError
 
 logger = logging.getLogger("proxy.compaction")
@@ -102,11 +111,13 @@ class Summarizer:
         api_key: str | None = None,
         window: int | None = None,
         own_upstream: bool = False,
+        cached_price: float = DEFAULT_CACHED_PRICE,
     ) -> None:
         self._upstream = upstream
         self._model = model
         self._api_key = api_key
         self._window = window
+        self._cached_price = cached_price
         # The conversation's own model on its own upstream: the provider's cache there holds
         # the conversation, so the prefix form reads it from the cache.
         self._shares_cache = model is None and not own_upstream
@@ -134,7 +145,7 @@ class Summarizer:
         refused = False
         if prefix is not None:
             body = prefix_request(prefix, previous=need.previous, max_tokens=need.max_tokens)
-            if _fits(prefix, body, count, window):
+            if _fits(prefix, body, count, window) and self._cheaper(prefix, body, need, count):
                 try:
                     return replace(await self._one(body, credentials), form="prefix")
                 except SummaryRefusedError as exc:
@@ -142,6 +153,22 @@ class Summarizer:
                     refused = True
         result = await self._in_parts(need, credentials, count, window)
         return replace(result, refused=refused)
+
+    def _cheaper(
+        self,
+        prefix: Prefix,
+        body: dict[str, Any],
+        need: Summarizable,
+        count: Callable[[Message], int],
+    ) -> bool:
+        """Whether the prefix form (`body`), its prefix read from the provider's cache at
+        `cached_price`, costs less input than the span and the summary it folds in sent as a
+        transcript, uncached."""
+        closing = count(body["messages"][-1])
+        transcript = sum(count(message) for message in need.span)
+        if need.previous:
+            transcript += count({"role": "user", "content": need.previous})
+        return prefix.tokens * self._cached_price + closing < transcript
 
     async def _in_parts(
         self,

@@ -30,6 +30,7 @@ budget, and the trail's text: how it is written and read back. Rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from proxy.core.ledger import texts_of
@@ -79,13 +80,16 @@ def selected(
     room = budget - count(TRAIL_HEADING) - _ENTRY_OVERHEAD
     chosen: set[int] = set()
 
-    # Ids, hashes, versions, URLs and error codes first: a later test log or search names
+    # Ids, hashes, versions, URLs and error codes first, and the paths that name one (a
+    # release directory of a date, a build's folder): a later test log or search names
     # dozens of source files, which would push out the one build id an early result gave.
     # Then the paths in `leading` (what a result was about: the first name it mentioned, or
     # one a trail already carried), then the other paths.
     def rank(index: int) -> int:
         name = trail[index]
-        return 0 if not _is_path(name) else 1 if name in leading else 2
+        if not _is_path(name) or _names_a_version(name):
+            return 0
+        return 1 if name in leading else 2
 
     for index in sorted(range(len(trail)), key=rank):
         cost = count(trail[index]) + _ENTRY_OVERHEAD
@@ -96,9 +100,25 @@ def selected(
 
 
 def identifiers(trail: Sequence[str]) -> list[str]:
-    """The names of `trail` that are no paths (ids, hashes, versions, URLs, error codes):
-    what only the trail may still carry, so a shortened trail keeps them to the last."""
-    return [name for name in trail if not _is_path(name)]
+    """The names of `trail` that are no paths (ids, hashes, versions, URLs, error codes), or
+    paths that name a version, a date or a build: what only the trail may still carry, so a
+    shortened trail keeps them to the last."""
+    return [name for name in trail if not _is_path(name) or _names_a_version(name)]
+
+
+# A directory or file (its extension apart) named by a date, a version or a hex id.
+_VERSION_SEGMENT = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T_]\d{2}[-:]?\d{2}(?:[-:]?\d{2})?)?|v?\d+(?:\.\d+)+|[0-9a-f]{7,64}"
+)
+
+
+def _names_a_version(path: str) -> bool:
+    """Whether a directory or file of `path` (its extension apart) is named by a date, a
+    version or a hex id: such a path identifies a release or a build, as an id does."""
+    return any(
+        _VERSION_SEGMENT.fullmatch(segment) or _VERSION_SEGMENT.fullmatch(segment.split(".")[0])
+        for segment in re.split(r"[/\\]", path)
+    )
 
 
 def _is_path(name: str) -> bool:

@@ -385,6 +385,11 @@ def render(message: Message) -> str:
     return "\n".join(lines) or f"{name}: (no text)"
 
 
+DEFAULT_CACHED_PRICE = 0.1
+"""A cached input token's price as a share of an uncached one (Anthropic's, OpenAI's for its
+GPT-5 models, DeepSeek's), by which the prefix form of a summary request is weighed against
+the transcript form (`context.summary_brain.cached_input_price` sets the upstream's)."""
+
 TOOLS_REMINDER = "Tools you can call in this conversation: "
 """How a summary's last line, naming the tools the conversation offers, starts."""
 

@@ -93,6 +93,7 @@ def create_app(
                 window=brain.context_window,
                 # A server of its own cached none of the conversation: no prefix form there.
                 own_upstream=brain.base_url is not None,
+                cached_price=brain.cached_input_price,
             ),
             metrics=metrics,
         )

@@ -183,3 +183,25 @@ async def test_an_error_that_would_refuse_any_form_is_not_asked_again(
             needs_summary(long_chat(30)), credentials=[], count=COUNTER.message, window=8 * WINDOW
         )
     assert len(provider.summary_requests) == 1
+
+
+async def test_the_prefix_form_is_asked_only_when_it_costs_less_than_the_transcript(
+    provider: MockUpstream, conversation_upstream: AiohttpUpstream
+) -> None:
+    # Long instructions before the span (an agent's): the prefix is several times the span.
+    messages = [system("rule " * 5000), *long_chat(12)[1:]]
+    need = needs_summary(messages)
+    assert need.prefix is not None
+    span = sum(COUNTER.message(m) for m in need.span)
+    ratio = need.prefix.tokens / span
+    forms = []
+    # A provider whose cache halves the price, and one that caches nothing: the transcript;
+    # one whose cached tokens cost a tenth (the default): the prefix, when it is under ten
+    # times the span.
+    for price in (0.5, 1.0, 0.1):
+        result = await Summarizer(conversation_upstream, cached_price=price).summarize(
+            need, credentials=[], count=COUNTER.message, window=8 * WINDOW
+        )
+        forms.append(result.form)
+    assert 2 < ratio < 9
+    assert forms == ["transcript", "transcript", "prefix"]
