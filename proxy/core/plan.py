@@ -498,10 +498,12 @@ class _Work:
                 said.append(restored)
         everything = ledger.merged(earlier, ledger.statements_of(said))
         # The user's rules, specifics and task may take up to half the allowance again when
-        # they need it (a small window's allowance holds a dozen of them); chatter never.
+        # they need it (a small window's allowance holds a dozen of them); chatter never, and
+        # nothing in an emergency, which must land at its own, lower target.
         allowance = allowances.ledger
-        needed = ledger.cost(ledger.above_chatter(everything), count)
-        allowance = max(allowance, min(needed, allowance * 3 // 2))
+        if self.target_override is None:
+            needed = ledger.cost(ledger.above_chatter(everything), count)
+            allowance = max(allowance, min(needed, allowance * 3 // 2))
         chosen = ledger.selected(everything, allowance, count)
         self.ledger_budget = ledger.cost(chosen, count)
         whole = self.trail_of(said, carried, allowances.artifacts)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from proxy.core.artifacts import (
     TRAIL_HEADING,
     cost,
+    identifiers,
     merged,
     names_of,
     read_trail,
@@ -220,3 +221,18 @@ def test_a_path_a_result_led_with_outranks_the_paths_it_listed_after() -> None:
         "src/api/a.py",
         "/var/lib/app/releases/2026-11-03",
     ]
+
+
+def test_a_path_that_names_a_version_a_date_or_a_build_ranks_as_an_id() -> None:
+    named = [
+        "/var/lib/app/releases/2026-11-03",
+        "dist/v4.19.2/app.tar.gz",
+        "builds/7f3a9c21/log.txt",
+        "logs/2026-11-03.log",
+    ]
+    trail = ["src/api/a.py", "tests/test_b.py", *named]
+    room = words(TRAIL_HEADING) + 2 + 4 * (1 + 2)  # the heading and four names
+    assert selected(trail, room, words, {"src/api/a.py"}) == named
+    assert identifiers(trail) == named
+    # A file name with a digit in it names no version.
+    assert identifiers(["src/reports/route_3.py", "cafe/readme.md"]) == []

@@ -240,7 +240,7 @@ async def test_a_request_in_cooldown_adopts_a_newer_checkpoint() -> None:
         early = await turn_of(parts, history(18))
         first = await parts.compactor.before_forward(early)
         assert first.checkpoint is not None  # compacted at the trigger: the cooldown starts
-        grown = [*history(18)[:-1], *history(16, topic="more")[1:]]
+        grown = [*history(18)[:-1], *history(15, topic="more")[1:]]
         cooling, racing = await turn_of(parts, grown), await turn_of(parts, grown)
         assert cooling.checkpoint == first.checkpoint
         assert unchanged(cooling).pressure > policy.compression_trigger  # over, yet cooling
@@ -394,7 +394,7 @@ async def test_what_a_truncation_dropped_is_summarized_and_folded_into_the_next(
         await parts.compactor.preparer.settle()
         folds = len(parts.mock.summary_requests)
         assert folds >= 1  # what the truncation dropped, summarized for the next time
-        grown = [*history(18)[:-1], *history(16, topic="more")[1:]]
+        grown = [*history(18)[:-1], *history(15, topic="more")[1:]]
         second = await parts.compactor.before_forward(await turn_of(parts, grown))
         assert second.checkpoint is not None
         assert first.checkpoint is not None
