@@ -21,6 +21,8 @@ import pytest
 from openai.types.responses import Response, ResponseIncludable
 
 from proxy.adapters.tokenizer import Encoders, load_encoders
+from proxy.core.request import parse_responses_request
+from proxy.core.summary import Prefix, responses_prefix_request
 from proxy.core.tokens import O200K_BASE, TokenCounter
 from proxy.mock_upstream import AgentScript, MockUpstream, Reply, ToolCall, responses_prompt_tokens
 from proxy.mock_upstream.responses_strictness import OVERFLOW_MESSAGE
@@ -703,3 +705,46 @@ async def test_agent_answers_without_tools_on_offer(encoders: Encoders) -> None:
     async with sdk(upstream) as client:
         response = await client.responses.create(model=MODEL, input="hello")
     assert response.output_text == "Done. The task is complete."
+
+
+# --- the proxy's summary request -------------------------------------------------------------
+
+
+async def test_a_summary_asked_as_the_conversation_s_items_is_answered_from_its_cache(
+    encoders: Encoders, counter: TokenCounter
+) -> None:
+    """The proxy's prefix form on the Responses API: the conversation's items as they were
+    sent (cached then), one closing prompt as a message item. The summarizer writes it from
+    the turns after the task, within `max_output_tokens`; it is counted apart, as chat's."""
+    conversation = request(
+        user("Fix the checkout, ticket T-1 in src/app.py."),
+        user("The checkout is slow; see incident INC-4821. Never deploy on Fridays."),
+        call("call_7", '{"path": "src/billing/invoice.py"}'),
+        output("call_7", "def total(): ...  # p99 latency 37 ms\n" + long_text(300)),
+        {"role": "assistant", "content": "The invoice total is recomputed per line item."},
+        instructions="You are a careful engineer.",
+        tools=[READ_FILE],
+        store=False,
+    )
+    messages = parse_responses_request(json.dumps(conversation).encode()).body["messages"]
+    prefix = Prefix({"model": MODEL, "tools": [READ_FILE]}, tuple(messages), 0, after_task=True)
+    body = responses_prefix_request(prefix, previous="- INC-9 was closed", max_tokens=400)
+    upstream = MockUpstream(encoders=encoders)
+    async with sdk(upstream) as client:
+        await client.responses.create(**conversation)  # sent, and cached
+        summary = await client.responses.create(**body)
+    assert upstream.summary_calls == 1
+    assert upstream.summary_requests[0].json() == body
+    text = summary.output_text
+    for fact in ("INC-4821", "src/billing/invoice.py", "37 ms", "INC-9"):
+        assert fact in text, fact
+    assert "T-1" not in text  # the task stays in place: it is not summarized
+    assert counter.text(text) <= 400 + 100  # the headings come on top of the quotes
+    assert summary.usage is not None
+    cached = summary.usage.input_tokens_details.cached_tokens
+    [usage] = upstream.summary_usage
+    assert (usage.prompt_tokens, usage.cached_tokens) == (summary.usage.input_tokens, cached)
+    assert usage.completion_tokens == summary.usage.output_tokens
+    assert cached >= 1024  # the conversation, from the prompt cache
+    assert usage.prompt_tokens - cached < 0.3 * usage.prompt_tokens
+    assert len(upstream.prompt_tokens) == len(upstream.cached_tokens) == 1  # the conversation's

@@ -4,16 +4,21 @@ By default it is the upstream the request goes to, with the request's model and 
 own credentials (the client pays for its summaries, as it would inside an agent framework).
 `context.summary_brain` points it elsewhere: a cheaper model, another server, its own key.
 
-The brain that is the conversation's own model and upstream is asked in the prefix form
-(`proxy.core.summary.prefix_request`): the conversation as it was forwarded, which the
-provider has cached, then one instruction; when that costs less than the span alone as a
-transcript, at the provider's price of a cached input token (`cached_price`, a share of an
-uncached one): the prefix holds the instructions, the tools and the recent turns too, often
-several times the span. When that form does not fit the window, or the upstream refuses it
-(a 4xx: a strict chat template, an overflow), the transcript form is sent instead. A brain
-of its own always gets the transcript form: it cached nothing of the conversation. A span
-too long for the summarizer's own window is summarized in parts, each part folding in the
-summary of the parts before it.
+The brain that is the conversation's own model and upstream is asked in the prefix form:
+the conversation as it was forwarded, which the provider has cached, then one instruction,
+in the API the conversation was forwarded by: a chat completion
+(`proxy.core.summary.prefix_request`), or for a conversation that came over the Responses
+API a `POST responses` whose items are the ones forwarded, reasoning and its
+`encrypted_content` included (`proxy.core.summary.responses_prefix_request`): the provider
+cached those as items, which a chat request would not match. It is asked when it costs less
+than the span alone as a transcript, at the provider's price of a cached input token
+(`cached_price`, a share of an uncached one): the prefix holds the instructions, the tools
+and the task too, often several times the span. When that form does not fit the window, or
+the upstream refuses it (a 4xx: a strict chat template, an overflow), the transcript form is
+sent instead. A brain of its own always gets the transcript form: it cached nothing of the
+conversation. The transcript form is always a chat completion. A span too long for the
+summarizer's own window is summarized in parts, each part folding in the summary of the
+parts before it.
 
 Any failure (unreachable, time-out, an error status, no text) raises `SummaryFailedError`;
 the service then truncates instead, so the user's request never fails because of the
@@ -31,11 +36,14 @@ from typing import Any, Protocol
 from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
+from proxy.core.request import Api
 from proxy.core.summary import (
     DEFAULT_CACHED_PRICE,
     Prefix,
     completion_text,
+    prefix_closing,
     prefix_request,
+    responses_prefix_request,
     split_span,
 )
 from proxy.errors import UpstreamError
@@ -81,9 +89,11 @@ class SummaryResult:
     tokens: int
     """What the summarizer reported using (prompt and completion), for the history."""
     input_tokens: int = 0
-    """The prompt tokens it reported (`usage.prompt_tokens`), every part's together."""
+    """The prompt tokens it reported (`usage.prompt_tokens`, the Responses API's
+    `usage.input_tokens`), every part's together."""
     cached_tokens: int = 0
-    """Of those, the ones its prompt cache served (`prompt_tokens_details.cached_tokens`)."""
+    """Of those, the ones its prompt cache served (`prompt_tokens_details.cached_tokens`,
+    the Responses API's `input_tokens_details.cached_tokens`)."""
     form: str = "transcript"
     """How the span was sent: "prefix" (the conversation, then one instruction) or
     "transcript"."""
@@ -129,7 +139,7 @@ class Summarizer:
         credentials: Headers,
         count: Callable[[Message], int],
         window: int,
-        forwarded_as_chat: bool = True,
+        api: Api = Api.CHAT,
     ) -> SummaryResult:
         """The summary of `need.span`: in the prefix form when the brain shares the
         conversation's cache and it fits, else in the transcript form, in parts if the
@@ -137,17 +147,23 @@ class Summarizer:
 
         `credentials` are the client's auth headers, used unless the brain has its own key;
         `window` is the summarizer model's window when the brain does not configure one;
-        `forwarded_as_chat` says whether the conversation went upstream as chat messages (a
-        Responses API one was cached as items, which the prefix form would not match).
+        `api` is the API the conversation was forwarded by, which the prefix form is sent by
+        (the provider cached a Responses API conversation as items, which a chat request
+        would not match).
         """
         window = self._window or window
-        prefix = need.prefix if self._shares_cache and forwarded_as_chat else None
+        prefix = need.prefix if self._shares_cache else None
         refused = False
         if prefix is not None:
-            body = prefix_request(prefix, previous=need.previous, max_tokens=need.max_tokens)
-            if _fits(prefix, body, count, window) and self._cheaper(prefix, body, need, count):
+            # The closing message, as both forms send it (a chat message, a message item).
+            text = prefix_closing(prefix, previous=need.previous, max_tokens=need.max_tokens)
+            closing = count({"role": "user", "content": text})
+            fits = _fits(prefix, closing, need.max_tokens, window)
+            if fits and self._cheaper(prefix, closing, need, count):
+                form = responses_prefix_request if api is Api.RESPONSES else prefix_request
+                body = form(prefix, previous=need.previous, max_tokens=need.max_tokens)
                 try:
-                    return replace(await self._one(body, credentials), form="prefix")
+                    return replace(await self._one(body, credentials, api), form="prefix")
                 except SummaryRefusedError as exc:
                     logger.info("the conversation's prefix was refused for a summary: %s", exc)
                     refused = True
@@ -157,14 +173,13 @@ class Summarizer:
     def _cheaper(
         self,
         prefix: Prefix,
-        body: dict[str, Any],
+        closing: int,
         need: Summarizable,
         count: Callable[[Message], int],
     ) -> bool:
-        """Whether the prefix form (`body`), its prefix read from the provider's cache at
-        `cached_price`, costs less input than the span and the summary it folds in sent as a
-        transcript, uncached."""
-        closing = count(body["messages"][-1])
+        """Whether the prefix form (`prefix`, then its closing message of `closing` tokens),
+        its prefix read from the provider's cache at `cached_price`, costs less input than
+        the span and the summary it folds in sent as a transcript, uncached."""
         transcript = sum(count(message) for message in need.span)
         if need.previous:
             transcript += count({"role": "user", "content": need.previous})
@@ -192,15 +207,17 @@ class Summarizer:
             raise SummaryFailedError("nothing to summarize")
         return result
 
-    async def _one(self, body: dict[str, Any], credentials: Headers) -> SummaryResult:
+    async def _one(
+        self, body: dict[str, Any], credentials: Headers, api: Api = Api.CHAT
+    ) -> SummaryResult:
+        """The answer to one summary request `body`, sent by `api`."""
         headers: Headers = [("content-type", "application/json")]
         if self._api_key:
             headers.append(("authorization", f"Bearer {self._api_key}"))
         else:
             headers += credentials
-        request = UpstreamRequest(
-            "POST", "chat/completions", "", headers, json.dumps(body).encode()
-        )
+        path = "responses" if api is Api.RESPONSES else "chat/completions"
+        request = UpstreamRequest("POST", path, "", headers, json.dumps(body).encode())
         try:
             response, raw = await fetched(self._upstream, request)
         except UpstreamError as exc:
@@ -209,17 +226,15 @@ class Summarizer:
             refused = 400 <= response.status < 500 and response.status not in _NOT_THE_FORM
             error = SummaryRefusedError if refused else SummaryFailedError
             raise error(f"the summarizer answered {response.status}: {raw[:200]!r}")
-        return _parse(raw)
+        return _parse(raw, api)
 
 
-def _fits(
-    prefix: Prefix, body: dict[str, Any], count: Callable[[Message], int], window: int
-) -> bool:
-    """Whether a summary request in the prefix form (`body`, of `prefix`) fits `window`: the
-    prefix, the closing message and the reply, a tenth kept back for a provider that counts
-    more than we do (a request over the window would be refused, then sent again)."""
-    closing = count(body["messages"][-1])
-    return prefix.tokens + closing + int(body["max_tokens"]) <= window * 9 // 10
+def _fits(prefix: Prefix, closing: int, max_tokens: int, window: int) -> bool:
+    """Whether a summary request in the prefix form (`prefix`, a closing message of
+    `closing` tokens, a reply of `max_tokens`) fits `window`, a tenth kept back for a
+    provider that counts more than we do (a request over the window would be refused, then
+    sent again)."""
+    return prefix.tokens + closing + max_tokens <= window * 9 // 10
 
 
 def _part_limit(need: Summarizable, count: Callable[[Message], int], window: int) -> int:
@@ -239,28 +254,53 @@ def _part_limit(need: Summarizable, count: Callable[[Message], int], window: int
     return max(room * 9 // 10, window // 8, 1)
 
 
-def _parse(raw: bytes) -> SummaryResult:
+# Where each API's answer states its prompt tokens and the cached share of them.
+_INPUT = {Api.CHAT: "prompt_tokens", Api.RESPONSES: "input_tokens"}
+_INPUT_DETAILS = {Api.CHAT: "prompt_tokens_details", Api.RESPONSES: "input_tokens_details"}
+
+
+def _parse(raw: bytes, api: Api = Api.CHAT) -> SummaryResult:
+    """The summary in a chat completion, or in a Responses API response (`api`)."""
     try:
         payload = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SummaryFailedError("the summarizer's answer is not JSON") from exc
     if not isinstance(payload, dict):
         raise SummaryFailedError("the summarizer's answer is not a completion")
-    text = completion_text(payload)
+    text = _response_text(payload) if api is Api.RESPONSES else completion_text(payload)
     if text is None:
         raise SummaryFailedError("the summarizer's answer has no text")
     usage = payload.get("usage")
     usage = usage if isinstance(usage, dict) else {}
-    details = usage.get("prompt_tokens_details")
+    details = usage.get(_INPUT_DETAILS[api])
     cached = details.get("cached_tokens") if isinstance(details, dict) else 0
     model = payload.get("model")
     return SummaryResult(
         text,
         model if isinstance(model, str) else None,
         _count(usage.get("total_tokens")),
-        input_tokens=_count(usage.get("prompt_tokens")),
+        input_tokens=_count(usage.get(_INPUT[api])),
         cached_tokens=_count(cached),
     )
+
+
+def _response_text(response: dict[str, Any]) -> str | None:
+    """The text of a Responses API response: its `message` output items' `output_text`
+    parts (a reasoning item, a refusal or a call is no text), if it has any."""
+    output = response.get("output")
+    messages = [
+        "".join(
+            part["text"]
+            for part in item.get("content") or ()
+            if isinstance(part, dict)
+            and part.get("type") == "output_text"
+            and isinstance(part.get("text"), str)
+        )
+        for item in (output if isinstance(output, list) else ())
+        if isinstance(item, dict) and item.get("type") == "message"
+    ]
+    text = "\n\n".join(message for message in messages if message)
+    return text if text.strip() else None
 
 
 def _count(value: object) -> int:

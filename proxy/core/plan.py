@@ -528,7 +528,13 @@ class _Work:
         return artifacts.selected(trail, budget, self.counter.text, leading)
 
     def note_of(self, message: Message) -> str | None:
-        """The note `message` stands for, if it is one the proxy wrote (see `notes`)."""
+        """The note `message` stands for, if it is one the proxy wrote (see `notes`): the
+        whole message, or a note that opened a message with nothing else left in it. By its
+        digest first: a summary can quote the text that closes an opening note (a small
+        model echoes what it read), which makes the message look like an opened one."""
+        body = text(message)
+        if note_digest(body) in self.notes:
+            return body
         note = note_of(message)
         return note if note is not None and note_digest(note) in self.notes else None
 
@@ -561,8 +567,8 @@ class _Work:
             self.units,
             keep_recent=self.situation.policy.keep_recent,
             pin_first_user=self.pin_task,
-            recent_tokens=recent_tokens,
-            count=self.counter.message,
+            bound=None if recent_tokens is None else (recent_tokens, self.counter.message),
+            is_note=lambda message: self.note_of(message) is not None,
         )
         return found.protecting(running=self.keep_running)
 

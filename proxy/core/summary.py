@@ -4,11 +4,13 @@ the condensed turns.
 The summarizer (the "summary brain": the same upstream by default, or a cheaper model) is
 asked in one of two forms:
 
-- the prefix form (`prefix_request`), when the brain is the conversation's own model and
-  upstream: the conversation exactly as it was last forwarded, through the end of the span,
-  then one user message asking for the summary. The provider has just cached that prefix
-  (as the conversation's), so it bills the summary's input mostly as cached tokens: coding
-  agents that summarize this way read 87-92 % of it from the cache;
+- the prefix form (`prefix_request`, or `responses_prefix_request` for a conversation
+  forwarded over the Responses API), when the brain is the conversation's own model and
+  upstream: the conversation exactly as it was last forwarded, in the API it was forwarded
+  by, through the end of the span, then one user message asking for the summary. The
+  provider has just cached that prefix (as the conversation's), so it bills the summary's
+  input mostly as cached tokens: coding agents that summarize this way read 87-92 % of it
+  from the cache;
 - the transcript form (`summary_request`): the span as plain text in a fresh prompt, for a
   brain of its own (another model or server caches none of the conversation), for a span
   summarized in parts, and when the prefix form is refused (a strict template). A plain
@@ -32,6 +34,7 @@ from typing import Any
 
 from proxy.core.digests import digest
 from proxy.core.messages import Message, has_function_call, role, text, tool_calls
+from proxy.core.responses import responses_body
 
 SUMMARY_PREFIX = "[Earlier turns of this conversation were condensed"
 
@@ -271,7 +274,22 @@ def summary_request(
 # hint for its cache. The others are the summary's own (no stream, its own `max_tokens`, no
 # tool calls), and `response_format` too: a summary is text under headings, whatever
 # structured output the conversation asks for.
-_PREFIX_FIELDS = ("model", "tools", "functions", "prompt_cache_key")
+_CHAT_PREFIX_FIELDS = ("model", "tools", "functions", "prompt_cache_key")
+# The same for a Responses API conversation (its chat view, `proxy.core.responses.chat_view`):
+# `instructions` when it is no string (a string is the leading message), a stored `prompt`
+# (its template opens the prompt), `reasoning` (a reasoning model's effort is rendered ahead
+# of the conversation), and `include`, kept as the conversation sent it (it asks for the
+# reasoning items' `encrypted_content` back, as the items sent back hold it). Not `text`
+# (structured output, like chat's `response_format`), `truncation`, `store` or `stream`.
+_RESPONSES_PREFIX_FIELDS = (
+    "model",
+    "instructions",
+    "prompt",
+    "tools",
+    "reasoning",
+    "include",
+    "prompt_cache_key",
+)
 
 # What the closing message says of the span and of the earlier summary; the mock provider
 # reads both to find the turns to summarize (`proxy.mock_upstream.summarizer`).
@@ -306,8 +324,31 @@ class Prefix:
 
 
 def prefix_fields(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a request `body` that its prompt's cached prefix depends on."""
-    return {name: body[name] for name in _PREFIX_FIELDS if name in body}
+    """The fields of a request `body` (a chat body, or a Responses body's chat view) that
+    its prompt's cached prefix depends on; each form of the request takes its API's own."""
+    names = dict.fromkeys((*_CHAT_PREFIX_FIELDS, *_RESPONSES_PREFIX_FIELDS))
+    return {name: body[name] for name in names if name in body}
+
+
+def prefix_closing(prefix: Prefix, *, previous: str | None, max_tokens: int) -> str:
+    """The text of the message that closes a summary request in the prefix form: the
+    summarizer's instructions, the span it is to summarize (`AFTER_TASK` or `WHOLE`), and
+    `previous` to fold in."""
+    sections = "\n".join(f"## {name}" for name in SECTIONS)
+    instructions = _INSTRUCTIONS.format(sections=sections, max_tokens=max_tokens)
+    closing = _CLOSING.format(
+        instructions=instructions, scope=AFTER_TASK if prefix.after_task else WHOLE
+    )
+    if previous:
+        closing += "\n\n" + FOLD_IN + previous
+    return closing
+
+
+def _prefix_messages(prefix: Prefix, closing: str) -> list[Message]:
+    """`prefix`'s messages, then the closing user message (after a short assistant turn when
+    the prefix ends on the user's, `_PAUSE`)."""
+    pause = [{"role": "assistant", "content": _PAUSE}] if _ends_on_user(prefix.messages) else []
+    return [*prefix.messages, *pause, {"role": "user", "content": closing}]
 
 
 def prefix_request(prefix: Prefix, *, previous: str | None, max_tokens: int) -> dict[str, Any]:
@@ -318,17 +359,11 @@ def prefix_request(prefix: Prefix, *, previous: str | None, max_tokens: int) -> 
     the tools are part of the cached prefix, which the choice of tool is not. A prefix that
     ends on the user's turn gets a short assistant turn before the closing message (`_PAUSE`).
     """
-    sections = "\n".join(f"## {name}" for name in SECTIONS)
-    instructions = _INSTRUCTIONS.format(sections=sections, max_tokens=max_tokens)
-    closing = _CLOSING.format(
-        instructions=instructions, scope=AFTER_TASK if prefix.after_task else WHOLE
-    )
-    if previous:
-        closing += "\n\n" + FOLD_IN + previous
-    pause = [{"role": "assistant", "content": _PAUSE}] if _ends_on_user(prefix.messages) else []
+    closing = prefix_closing(prefix, previous=previous, max_tokens=max_tokens)
+    fields = {k: v for k, v in prefix.fields.items() if k in _CHAT_PREFIX_FIELDS}
     body: dict[str, Any] = {
-        **prefix.fields,
-        "messages": [*prefix.messages, *pause, {"role": "user", "content": closing}],
+        **fields,
+        "messages": _prefix_messages(prefix, closing),
         "max_tokens": max_tokens,
         "temperature": 0,
     }
@@ -336,6 +371,29 @@ def prefix_request(prefix: Prefix, *, previous: str | None, max_tokens: int) -> 
         body["tool_choice"] = "none"
     if prefix.fields.get("functions"):
         body["function_call"] = "none"
+    return body
+
+
+def responses_prefix_request(
+    prefix: Prefix, *, previous: str | None, max_tokens: int
+) -> dict[str, Any]:
+    """The summary request in the prefix form for a conversation forwarded over the
+    Responses API (`prefix` is of its chat view), as a Responses API body.
+
+    Its `instructions` and `input` are made by `responses_body` from the prefix's messages,
+    as the conversation's forwarded body was from the same messages: the same items, the
+    reasoning items with their `encrypted_content` included, in the same order. Then the
+    closing message of `prefix_request` (after its pause, when one is due), as a message
+    item. `tool_choice` is "none" as in chat; `max_output_tokens` is the summary's
+    allowance; `store` is false: nobody continues from the summary's response. No
+    `temperature`: reasoning models refuse one.
+    """
+    closing = prefix_closing(prefix, previous=previous, max_tokens=max_tokens)
+    fields = {k: v for k, v in prefix.fields.items() if k in _RESPONSES_PREFIX_FIELDS}
+    body = responses_body(fields, _prefix_messages(prefix, closing))
+    body |= {"max_output_tokens": max_tokens, "store": False}
+    if prefix.fields.get("tools"):
+        body["tool_choice"] = "none"
     return body
 
 

@@ -159,30 +159,33 @@ def pins(
     *,
     keep_recent: int,
     pin_first_user: bool,
-    recent_tokens: int | None = None,
-    count: Callable[[Message], int] | None = None,
+    bound: tuple[int, Callable[[Message], int]] | None = None,
+    is_note: Callable[[Message], bool] | None = None,
 ) -> Pins:
     """The pinned messages: leading instructions, first user message, the recent window.
 
     The recent window is the last `keep_recent` messages rounded out to whole units, so a
-    tool exchange straddling the boundary is kept entirely. With `recent_tokens` (and the
-    `count` of one message) it is also bounded in tokens: the cut moves forward over whole
-    units until the window fits, but never past the newest unit, which is always kept.
+    tool exchange straddling the boundary is kept entirely. With a `bound` (a number of
+    tokens, and the count of one message) it is also bounded in tokens: the cut moves forward
+    over whole units until the window fits, but never past the newest unit, always kept.
+    `is_note` says which messages are notes the proxy wrote (by default, by their shape).
     """
+    if is_note is None:
+        is_note = _shaped_like_a_note
     head = leading_instructions(messages)
     # A note the proxy wrote is no task, even when it stands where the task was.
     first_user = next(
         (
             i
             for i in range(head, len(messages))
-            if role(messages[i]) == "user" and note_of(messages[i]) is None
+            if role(messages[i]) == "user" and not is_note(messages[i])
         ),
         None,
     )
-    running, asked = _running_turn(messages, units, head)
+    running, asked = _running_turn(messages, units, head, is_note)
     recent = _recent_start(units, len(messages), keep_recent)
-    if recent_tokens is not None and count is not None and recent < len(messages):
-        recent = _bounded_start(messages, units, recent, recent_tokens, count)
+    if bound is not None and recent < len(messages):
+        recent = _bounded_start(messages, units, recent, *bound)
     return Pins(
         head=head,
         first_user=first_user if pin_first_user else None,
@@ -193,8 +196,15 @@ def pins(
     )
 
 
+def _shaped_like_a_note(message: Message) -> bool:
+    return note_of(message) is not None
+
+
 def _running_turn(
-    messages: Sequence[Message], units: Sequence[Unit], head: int
+    messages: Sequence[Message],
+    units: Sequence[Unit],
+    head: int,
+    is_note: Callable[[Message], bool],
 ) -> tuple[int | None, int | None]:
     """Where the running turn starts (the last user message; a note the proxy wrote is
     none), and where the tool exchange right before it starts, if there is one: the result
@@ -203,7 +213,7 @@ def _running_turn(
         (
             i
             for i in range(len(messages) - 1, head - 1, -1)
-            if role(messages[i]) == "user" and note_of(messages[i]) is None
+            if role(messages[i]) == "user" and not is_note(messages[i])
         ),
         None,
     )

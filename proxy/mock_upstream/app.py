@@ -266,7 +266,7 @@ class MockUpstream:
     async def _responses_endpoint(self, request: Request) -> Response:
         recorded = await self._record(request)
         headers = _provider_headers(next(self._ids))
-        return await self._responses.answer(self, recorded.json(), await self._meter(), headers)
+        return await self._responses.answer(self, recorded, await self._meter(), headers)
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

@@ -12,9 +12,12 @@ the Responses API lives here and in the `responses_*` modules:
 - the prompt is metered from the items themselves (responses_meter.py), not from the
   proxy's chat translation, and must fit the window with `max_output_tokens`; an overflow is
   OpenAI's 400, or with `responses_overflow_in_stream` a stream that fails;
-- the answer is the queued reply, `default`, or the agent's move read from a chat view of
-  the items; with `responses_reasoning` and `include: ["reasoning.encrypted_content"]`, a
-  reasoning item comes first (responses_output.py);
+- the answer is the queued reply, `default`, the summarizer's summary for the proxy's
+  summary request in the prefix form (`proxy.core.summary.responses_prefix_request`, read
+  from a chat view of the items as chat's is; counted in `summary_requests` and
+  `summary_usage`, not in `prompt_tokens`), or the agent's move read from that view; with
+  `responses_reasoning` and `include: ["reasoning.encrypted_content"]`, a reasoning item
+  comes first (responses_output.py);
 - the response goes whole, or as the Responses event stream (responses_stream.py), paced
   by the reply's `chunk_delay_s`, held after its first delta (of any kind: a reasoning
   summary's comes first) by `hold`, and never ending with `endless`.
@@ -29,8 +32,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from proxy.mock_upstream.completions import Usage
 from proxy.mock_upstream.errors import Rejected
-from proxy.mock_upstream.meter import Meter, Piece
+from proxy.mock_upstream.meter import Meter
 from proxy.mock_upstream.responses_items import chat_view, input_items
 from proxy.mock_upstream.responses_meter import ResponsesMeter
 from proxy.mock_upstream.responses_output import (
@@ -47,7 +51,8 @@ from proxy.mock_upstream.responses_strictness import (
     context_length_exceeded,
     previous_response_not_found,
 )
-from proxy.mock_upstream.script import JSON, Reply
+from proxy.mock_upstream.script import JSON, Recorded, Reply
+from proxy.mock_upstream.summarizer import is_summary_request
 
 if TYPE_CHECKING:
     from proxy.mock_upstream.app import MockUpstream
@@ -70,24 +75,31 @@ class ResponsesApi:
         return f"{prefix}_mock_{next(self._numbers)}"
 
     async def answer(
-        self, host: MockUpstream, body: JSON, meter: Meter, headers: dict[str, str]
+        self, host: MockUpstream, recorded: Recorded, meter: Meter, headers: dict[str, str]
     ) -> Response:
-        """The mock's response to one request `body`, with the provider's `headers`."""
+        """The mock's response to one `recorded` request, with the provider's `headers`."""
+        body = recorded.json()
         counting = ResponsesMeter(meter)
         try:
             items = self._resolve(body)
             prompt = self._admit(host, body, items, counting)
         except Rejected as rejected:
             return self._refuse(host, body, rejected, headers)
-        reply = host._reply_for(chat_view(body, items), False, meter)
+        view = chat_view(body, items)
+        summary = is_summary_request(view)
+        if summary:
+            host.summary_requests.append(recorded)
+            await asyncio.sleep(host.summary_latency_s)
+        reply = host._reply_for(view, summary, meter)
         headers.update(reply.headers)
         if reply.status >= 400:
             error = reply.error or {"error": {"message": "mock error", "type": "server_error"}}
             return JSONResponse(error, status_code=reply.status, headers=headers)
         reasoning = host.responses_reasoning and _wants_encrypted_reasoning(body)
         output = output_items(reply, self.new_id, reasoning=reasoning)
-        cached = self._bill(host, counting.pieces(body, items), prompt, meter)
+        cached = host._cached(counting.pieces(body, items), prompt, meter)
         usage = _usage(prompt, cached, reply, output, meter)
+        self._bill(host, usage, summary=summary)
         response = response_object(body, self.new_id("resp"), output, usage)
         stored = body.get("store") is not False
         self.reasoning.remember(output, stored=stored)
@@ -139,12 +151,15 @@ class ResponsesApi:
             return StreamingResponse(iter(chunks), media_type="text/event-stream", headers=headers)
         return JSONResponse(rejected.body, status_code=rejected.status, headers=headers)
 
-    def _bill(self, host: MockUpstream, pieces: list[Piece], prompt: int, meter: Meter) -> int:
-        """The cached tokens of an answered request; its prompt joins the prompt cache."""
-        cached = host._cached(pieces, prompt, meter)
-        host.prompt_tokens.append(prompt)
-        host.cached_tokens.append(cached)
-        return cached
+    def _bill(self, host: MockUpstream, usage: ResponsesUsage, *, summary: bool) -> None:
+        """Record what an answered request billed (a summary request's apart, as chat's)."""
+        if summary:
+            host.summary_usage.append(
+                Usage(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+            )
+        else:
+            host.prompt_tokens.append(usage.input_tokens)
+            host.cached_tokens.append(usage.cached_tokens)
 
     async def _stream(
         self, host: MockUpstream, response: JSON, reply: Reply

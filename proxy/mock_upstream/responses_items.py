@@ -59,7 +59,8 @@ def content_text(content: object) -> str:
 
 
 def chat_view(body: Mapping[str, Any], items: Sequence[JSON]) -> JSON:
-    """The request as the chat request the agent reads: messages, and tools by name.
+    """The request as the chat request the agent and the summarizer read: messages, tools
+    by name, and the output allowed (`max_output_tokens`).
 
     Consecutive calls are one assistant message with `tool_calls`, as one round of a turn;
     any other item (a reasoning item opens the next response) ends the round.
@@ -82,7 +83,12 @@ def chat_view(body: Mapping[str, Any], items: Sequence[JSON]) -> JSON:
         elif kind in OUTPUTS:
             output = content_text(item.get("output"))
             messages.append({"role": "tool", "tool_call_id": call_id(item), "content": output})
-    return {"model": body.get("model"), "messages": messages, "tools": _chat_tools(body)}
+    return {
+        "model": body.get("model"),
+        "messages": messages,
+        "tools": _chat_tools(body),
+        "max_output_tokens": body.get("max_output_tokens"),
+    }
 
 
 def _function(item: Mapping[str, Any]) -> JSON:

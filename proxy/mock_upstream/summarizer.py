@@ -11,8 +11,9 @@ Whether compaction keeps what matters depends on the summarizer, so the mock pla
 
 A request is a summary request when an instruction message is the proxy's summarizer prompt
 (`proxy.core.summary.summary_request`): it opens with the prompt's first words, or names every
-section heading. In the prefix form (`proxy.core.summary.prefix_request`) the prompt is the
-closing user message after the conversation itself: the summary is then written from the
+section heading. In the prefix form (`proxy.core.summary.prefix_request`, or
+`responses_prefix_request` on `/v1/responses`, read from a chat view of its items) the prompt
+is the closing user message after the conversation itself: the summary is then written from the
 conversation's messages (from after the first user message, when the prompt says that one
 stays) and the earlier summary the prompt carries, as from a transcript of them.
 """
@@ -142,7 +143,8 @@ def _render(sections: Mapping[str, list[str]]) -> str:
 
 
 def _max_tokens(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
+    # Chat's names, then the Responses API's (in the chat view of its items).
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(name)
         if type(value) is int:
             return value

@@ -40,7 +40,6 @@ from proxy.core.breaker import Breaker
 from proxy.core.messages import Message
 from proxy.core.plan import Compacted, NeedsSummary, Situation, SummaryTask, plan_compaction
 from proxy.core.prepared import covered, note_key, preparing
-from proxy.core.request import Api
 from proxy.core.session import known_notes
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
@@ -308,7 +307,7 @@ class Preparer:
                 credentials=turn.credentials,
                 count=turn.counter.message,
                 window=window,
-                forwarded_as_chat=turn.request.api is Api.CHAT,
+                api=turn.request.api,
             )
             failed = False
         except SummaryFailedError:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
@@ -14,8 +16,17 @@ from proxy.core.budget import Budget
 from proxy.core.messages import Message
 from proxy.core.plan import NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy
+from proxy.core.request import Api, parse_responses_request
+from proxy.core.responses import INSTRUCTIONS, ITEMS, to_messages
+from proxy.core.summary import (
+    AFTER_TASK,
+    FOLD_IN,
+    Prefix,
+    prefix_closing,
+    responses_prefix_request,
+)
 from proxy.core.tokens import ApproximateEncoder, TokenCounter
-from proxy.mock_upstream import MockUpstream, Reply
+from proxy.mock_upstream import AgentScript, MockUpstream, Reply
 from tests.builders import assistant, system, user
 from tests.servers import serve
 
@@ -46,10 +57,10 @@ def long_chat(turns: int) -> list[Message]:
     return messages
 
 
-def needs_summary(messages: list[Message]) -> NeedsSummary:
+def needs_summary(messages: list[Message], body: Mapping[str, Any] | None = None) -> NeedsSummary:
     situation = Situation(
         messages=messages,
-        body={"model": "mock-model"},
+        body=dict(body or {"model": "mock-model"}),
         policy=ContextPolicy(keep_recent=4, summary_max_tokens=128),
         budget=Budget(context_window=4 * WINDOW, output_reserve=0),
     )
@@ -135,22 +146,22 @@ async def test_the_conversation_s_own_brain_is_asked_with_the_conversation_itsel
     assert result.text
 
 
-async def test_a_brain_of_its_own_or_a_conversation_cached_as_items_gets_a_transcript(
+async def test_a_brain_of_its_own_gets_a_transcript_whatever_the_conversation_s_api(
     provider: MockUpstream, conversation_upstream: AiohttpUpstream
 ) -> None:
     need = needs_summary(long_chat(30))
     count, window = COUNTER.message, 8 * WINDOW
     results = [
-        await summarizer.summarize(
-            need, credentials=[], count=count, window=window, forwarded_as_chat=as_chat
-        )
-        for summarizer, as_chat in [
-            (Summarizer(conversation_upstream, model="small-model"), True),
-            (Summarizer(conversation_upstream, own_upstream=True), True),
-            (Summarizer(conversation_upstream), False),  # a Responses API conversation
+        await summarizer.summarize(need, credentials=[], count=count, window=window, api=api)
+        for summarizer, api in [
+            (Summarizer(conversation_upstream, model="small-model"), Api.CHAT),
+            (Summarizer(conversation_upstream, own_upstream=True), Api.CHAT),
+            (Summarizer(conversation_upstream, model="small-model"), Api.RESPONSES),
         ]
     ]
     assert [result.form for result in results] == ["transcript"] * 3
+    # The transcript form is a chat completion, for a Responses API conversation too.
+    assert all(r.path == "/v1/chat/completions" for r in provider.summary_requests)
     assert all(r.json()["messages"][0]["role"] == "system" for r in provider.summary_requests)
     # A fresh prompt: nothing of it was cached (the same transcript again would be).
     assert results[0].input_tokens > 0
@@ -205,3 +216,191 @@ async def test_the_prefix_form_is_asked_only_when_it_costs_less_than_the_transcr
         forms.append(result.form)
     assert 2 < ratio < 9
     assert forms == ["transcript", "transcript", "prefix"]
+
+
+# --- The prefix form over the Responses API --------------------------------------------------
+
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": "read_file",
+        "description": "Read a file of the repository.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
+AGENT = AgentScript(calls=tuple(("read_file", f'{{"path": "src/m{i}.py"}}') for i in range(9)))
+RESPONSES_FIELDS: dict[str, Any] = {
+    "model": "mock-model",
+    "instructions": "You are a coding agent. Be brief.",
+    "tools": RESPONSES_TOOLS,
+    "store": False,
+    "include": ["reasoning.encrypted_content"],
+    "reasoning": {"effort": "low", "summary": "auto"},
+    "text": {"verbosity": "low"},
+    "parallel_tool_calls": False,
+    "prompt_cache_key": "agent-7",
+}
+
+
+def reasoning_provider() -> MockUpstream:
+    """A reasoning model on the Responses API that checks what a real one checks: call
+    pairs, and each reasoning item's `encrypted_content` sent back exactly as it made it."""
+    return MockUpstream(
+        encoders=Encoders(by_name={}, fallback=ApproximateEncoder()),
+        agent=AGENT,
+        strict=True,
+        responses_reasoning=True,
+    )
+
+
+@asynccontextmanager
+async def served(mock: MockUpstream) -> AsyncIterator[AiohttpUpstream]:
+    async with serve(mock.app) as base_url:
+        client = AiohttpUpstream(f"{base_url}/v1", timeout_s=10)
+        await client.open()
+        yield client
+        await client.aclose()
+
+
+async def respond(upstream: AiohttpUpstream, body: dict[str, Any]) -> dict[str, Any]:
+    """The answer to `body`, sent over the Responses API as the proxy forwards it."""
+    request = UpstreamRequest("POST", "responses", "", [], json.dumps(body).encode())
+    response, raw = await fetched(upstream, request)
+    assert response.status == 200, raw
+    answer: dict[str, Any] = json.loads(raw)
+    return answer
+
+
+async def stateless_session(upstream: AiohttpUpstream, turns: int) -> dict[str, Any]:
+    """`turns` user turns of a stateless agent (`store: false`), each response's items sent
+    back as they came, reasoning included; the request of the turn after them."""
+    items: list[Any] = []
+    for turn in range(turns):
+        items.append({"role": "user", "content": f"Step {turn}: read the next module."})
+        while True:
+            output = (await respond(upstream, {**RESPONSES_FIELDS, "input": items}))["output"]
+            items += output
+            calls = [item for item in output if item["type"] == "function_call"]
+            if not calls:
+                break
+            items += [
+                {
+                    "type": "function_call_output",
+                    "call_id": call["call_id"],
+                    "output": f"# {call['arguments']}\n" + "def handler(): return 1\n" * 25,
+                }
+                for call in calls
+            ]
+    items.append({"role": "user", "content": "Now the tests."})
+    return {**RESPONSES_FIELDS, "input": items}
+
+
+def responses_need(body: dict[str, Any]) -> NeedsSummary:
+    """The summary a compaction of the Responses API request `body` needs (its chat view)."""
+    view = parse_responses_request(json.dumps(body).encode()).body
+    return needs_summary(view["messages"], view)
+
+
+async def test_a_responses_api_conversation_is_asked_by_its_own_items_and_read_from_the_cache() -> (
+    None
+):
+    provider = reasoning_provider()
+    async with served(provider) as upstream:
+        forwarded = await stateless_session(upstream, 12)
+        need = responses_need(forwarded)
+        assert need.prefix is not None
+        await respond(upstream, forwarded)  # the request as the proxy forwarded it: cached
+        result = await Summarizer(upstream).summarize(
+            need, credentials=[], count=COUNTER.message, window=8 * WINDOW, api=Api.RESPONSES
+        )
+    [request] = provider.summary_requests
+    assert request.path == "/v1/responses"
+    sent = request.json()
+    # The forwarded items through the span's end, as they were forwarded (reasoning with its
+    # encrypted content included), then the closing instruction as one user message item.
+    # (The span ends on the assistant's answer: no pause before the closing message.)
+    through = sum(len(message[ITEMS]) for message in need.prefix.messages if ITEMS in message)
+    *items, closing = sent["input"]
+    assert items == forwarded["input"][:through]
+    assert through < len(forwarded["input"])  # the recent turns are no part of it
+    assert any(item.get("type") == "reasoning" and item["encrypted_content"] for item in items)
+    text = prefix_closing(need.prefix, previous=None, max_tokens=need.max_tokens)
+    assert closing == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": text}],
+    }
+    # The fields the cached prompt depends on, as forwarded; the summary's own; no others.
+    kept = ("model", "instructions", "tools", "include", "reasoning", "prompt_cache_key")
+    assert {name: sent[name] for name in kept} == {name: forwarded[name] for name in kept}
+    assert (sent["tool_choice"], sent["store"]) == ("none", False)
+    assert sent["max_output_tokens"] == need.max_tokens
+    assert not {"text", "parallel_tool_calls", "temperature", "stream"} & set(sent)
+    assert provider.strict_rejections == 0  # the reasoning items verified, the pairs whole
+    # The provider served the prefix it had just cached: most of the input.
+    assert (result.form, result.refused) == ("prefix", False)
+    [usage] = provider.summary_usage
+    assert (result.input_tokens, result.cached_tokens) == (usage.prompt_tokens, usage.cached_tokens)
+    assert result.cached_tokens >= 0.8 * result.input_tokens
+    assert result.tokens == usage.prompt_tokens + usage.completion_tokens
+    assert result.text.startswith("## Goal")
+    assert result.model == "mock-model"
+
+
+async def test_a_refused_responses_prefix_form_is_asked_again_as_a_chat_transcript() -> None:
+    provider = reasoning_provider()
+    refusal = {"error": {"message": "unsupported input", "type": "invalid_request_error"}}
+    async with served(provider) as upstream:
+        forwarded = await stateless_session(upstream, 12)
+        await respond(upstream, forwarded)
+        provider.queue(Reply(status=400, error=refusal))
+        result = await Summarizer(upstream).summarize(
+            responses_need(forwarded),
+            credentials=[],
+            count=COUNTER.message,
+            window=8 * WINDOW,
+            api=Api.RESPONSES,
+        )
+    first, second = provider.summary_requests
+    assert first.path == "/v1/responses"  # the prefix form, refused
+    assert second.path == "/v1/chat/completions"  # the transcript form
+    assert second.json()["messages"][0]["role"] == "system"
+    assert (result.form, result.refused) == ("transcript", True)
+    assert result.text
+
+
+async def test_a_responses_answer_without_a_message_is_no_summary() -> None:
+    provider = reasoning_provider()
+    async with served(provider) as upstream:
+        forwarded = await stateless_session(upstream, 12)
+        await respond(upstream, forwarded)
+        provider.queue(Reply(content=None))  # its reasoning item alone
+        with pytest.raises(SummaryFailedError, match="no text"):
+            await Summarizer(upstream).summarize(
+                responses_need(forwarded),
+                credentials=[],
+                count=COUNTER.message,
+                window=8 * WINDOW,
+                api=Api.RESPONSES,
+            )
+    assert len(provider.summary_requests) == 1  # a failure, not a refusal: not asked again
+
+
+def test_the_responses_prefix_form_keeps_the_fields_of_the_cached_prompt_alone() -> None:
+    """Without tools no `tool_choice`; a prefix ending on the user's turn gets the pause as
+    an assistant message item; the earlier summary is folded in, as in chat's form."""
+    messages = (
+        {"role": "system", "content": "be brief", INSTRUCTIONS: True},
+        *to_messages([{"role": "user", "content": "fix T-1"}]),
+    )
+    fields = {"model": "m", "stream": True, "text": {"format": {"type": "json_object"}}}
+    prefix = Prefix(fields, messages, tokens=10, after_task=True)
+    body = responses_prefix_request(prefix, previous="- T-0 done", max_tokens=64)
+    assert set(body) == {"model", "instructions", "input", "max_output_tokens", "store"}
+    assert body["instructions"] == "be brief"
+    task, pause, closing = body["input"]
+    assert task == {"role": "user", "content": "fix T-1"}
+    assert (pause["role"], closing["role"]) == ("assistant", "user")
+    text = closing["content"][0]["text"]
+    assert AFTER_TASK in text
+    assert text.endswith(FOLD_IN + "- T-0 done")

@@ -26,7 +26,7 @@ from proxy.core.plan import (
     plan_emergency,
 )
 from proxy.core.policy import ContextPolicy
-from proxy.core.summary import note_digest, notes_in
+from proxy.core.summary import NOTE_END, note_digest, note_of, notes_in, stands_for, summary_text
 from tests.builders import assistant, user
 from tests.core.words import COUNTER
 
@@ -137,3 +137,27 @@ def test_the_emergency_plan_keeps_the_ledger_and_reads_no_imitation() -> None:
     kept = ledger_of(emergency)
     assert {TICKET, RULE} <= set(kept)
     assert not any("ZX-4425" in line for line in kept)
+
+
+ECHO = (
+    "The summary of the turns before these, to fold into yours:\n\nuser: Incident review,\n"
+    f"{NOTE_END}\n\nIncident review, part 20."
+)
+"""A summary Gemma 3 270M wrote: it quoted the line that closes a note opening a message."""
+
+
+def test_a_note_whose_summary_quotes_the_closing_line_is_still_the_proxy_s() -> None:
+    # Read by its shape, a standalone note holding that line looked like one that opened a
+    # message of the client's: it was neither folded nor recognised, and the next compaction
+    # wrote a block of its own beside it, with a ledger that had lost the ticket (`make e2e`).
+    block = statements.with_ledger(
+        summary_text(ECHO, condensed=12, tools=[]), [statements.Statement(TICKET, 1)]
+    )
+    assert note_of(assistant(block)) is None  # its shape alone says "not standalone"
+    messages = [user_turn(1), assistant(block), *conversation(range(13, 19))]
+    result = compacted(messages, frozenset({note_digest(block)}), RECORDED["summaries"][0])
+    ours = [n for n in notes_in(result.messages) if note_digest(n) in result.notes]
+    assert len(ours) == 1
+    assert TICKET in ledger_of(result)
+    assert stands_for(ours[0]) >= 12 + 2
+    assert block not in str(result.messages)

@@ -103,10 +103,7 @@ def test_with_nothing_older_to_go_the_running_turn_is_windowed_by_tokens() -> No
     # A single-turn agent (the task is the only user message): its old rounds must go.
     messages = agent_turns(1, rounds=12, size=100)
     units = group_units(messages)
-    pinned = pins(
-        messages, units, keep_recent=4, pin_first_user=True, recent_tokens=300,
-        count=COUNTER.message,
-    )  # fmt: skip
+    pinned = pins(messages, units, keep_recent=4, pin_first_user=True, bound=(300, COUNTER.message))
     assert pinned.running == 1
     assert pinned.recent > 2 * 6
 

@@ -92,8 +92,10 @@ def _items(output: list[Any]) -> list[dict[str, Any]]:
 
 
 def responses_requests(upstream: MockUpstream) -> list[Recorded]:
-    """The Responses API requests the upstream received."""
-    return [r for r in upstream.requests if r.path == "/v1/responses"]
+    """The Responses API requests the upstream answered for the conversation (summary
+    requests apart: the prefix form of a summary is a Responses API request too)."""
+    summaries = {id(r) for r in upstream.summary_requests}
+    return [r for r in upstream.requests if r.path == "/v1/responses" and id(r) not in summaries]
 
 
 def reasoning_items(items: list[Any]) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """Summaries read from the provider's prompt cache: a long tool-using session through the
 proxy app (the official SDK in front, the mock provider behind it in-process), its summaries
 written by the conversation's own model as the conversation's prefix plus one instruction,
-against the same session with a summary brain of its own (the transcript form).
+against the same session with a summary brain of its own (the transcript form). The session
+is a chat completions one, or a stateless Responses API one (reasoning items and their
+`encrypted_content` sent back every turn), whose prefix form is a Responses API request.
 
 The share of summary input the mock's prompt cache served is read where an operator reads
 it: the proxy's metrics and the session API's history. Run with `-s` to see the numbers.
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,6 +29,7 @@ from proxy.mock_upstream import MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.service.agent_run import SCRIPT, AgentRun, sdk_for
+from tests.service.responses_run import ResponsesRun
 
 WINDOW = 16_000
 CONTEXT = {
@@ -71,13 +75,16 @@ async def proxy(upstream: ASGIApp, brain: dict[str, Any]) -> AsyncIterator[FastA
         yield app
 
 
-async def agent_session(upstream: ASGIApp, brain: dict[str, Any] | None = None) -> Session:
-    """`TURNS` user turns of a tool-using agent through the proxy, the proxy's background
-    work settled between turns (as it is when the agent's model takes longer than a
-    summary); what its summaries cost."""
+async def agent_session(
+    upstream: ASGIApp, brain: dict[str, Any] | None = None, *, api: str = "chat"
+) -> Session:
+    """`TURNS` user turns of a tool-using agent through the proxy, over the chat completions
+    API or the Responses API (`api`), the proxy's background work settled between turns (as
+    it is when the agent's model takes longer than a summary); what its summaries cost."""
     async with proxy(upstream, brain or {}) as app:
         async with sdk_for(app, KEY) as sdk:
-            run = AgentRun(sdk, False, [{"role": "system", "content": "You write code. " * 60}])
+            system = [{"role": "system", "content": "You write code. " * 60}]
+            run = AgentRun(sdk, False, system) if api == "chat" else ResponsesRun(sdk, False)
             for turn in range(TURNS):
                 await run.turn(f"Step {turn}: continue with the next module.")
                 await app.state.service.settle()
@@ -107,16 +114,26 @@ async def history(app: FastAPI) -> list[dict[str, Any]]:
 
 
 def strict_provider() -> MockUpstream:
-    """The agent's model, behind a strict template (tool pairing, alternating roles)."""
-    return MockUpstream(agent=SCRIPT, window=WINDOW, strict=True, roles_alternate=True)
+    """The agent's model, behind a strict template (tool pairing, alternating roles); on the
+    Responses API a reasoning model that checks its reasoning items come back intact."""
+    return MockUpstream(
+        agent=SCRIPT, window=WINDOW, strict=True, roles_alternate=True, responses_reasoning=True
+    )
 
 
-async def test_summaries_asked_as_the_conversation_s_prefix_are_read_from_the_cache() -> None:
+# Where each API's conversation, and so its prefix form, goes.
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_summaries_asked_as_the_conversation_s_prefix_are_read_from_the_cache(
+    api: str,
+) -> None:
     prefix_provider, transcript_provider = strict_provider(), strict_provider()
-    prefix = await agent_session(prefix_provider.app)
-    transcript = await agent_session(transcript_provider.app, {"model": "mock-summarizer"})
+    prefix = await agent_session(prefix_provider.app, api=api)
+    transcript = await agent_session(transcript_provider.app, {"model": "mock-summarizer"}, api=api)
     print(  # shown with -s: the measured shares
-        f"summary input served from the provider's cache: prefix form "
+        f"{api}: summary input served from the provider's cache: prefix form "
         f"{prefix.share('prefix'):.1%} of {prefix.tokens('prefix')[0]:.0f} tokens "
         f"({prefix_provider.summary_calls} summaries); transcript form "
         f"{transcript.share('transcript'):.1%} of {transcript.tokens('transcript')[0]:.0f} "
@@ -124,6 +141,9 @@ async def test_summaries_asked_as_the_conversation_s_prefix_are_read_from_the_ca
     )
     assert prefix_provider.summary_calls >= 2
     assert transcript_provider.summary_calls >= 2
+    # The prefix form goes by the conversation's API; the transcript form is a chat request.
+    assert {r.path for r in prefix_provider.summary_requests} == {PATHS[api]}
+    assert {r.path for r in transcript_provider.summary_requests} == {PATHS["chat"]}
     # The conversation's own model reads most of each summary's input from the cache; a
     # brain of its own gets a fresh prompt, which nothing of the conversation's cache serves.
     assert prefix.tokens("transcript") == (0, 0)
@@ -182,14 +202,20 @@ def refusing_the_prefix_form(app: ASGIApp) -> ASGIApp:
 
 
 def _prefix_form(body: bytes) -> bool:
-    messages = json.loads(body).get("messages") if body else None
-    closing = messages[-1].get("content") if messages else None
+    """Whether `body` asks for a summary in the prefix form: its last message (a chat
+    message, or a Responses API message item's text part) is the closing instruction."""
+    sent = json.loads(body) if body else {}
+    messages = sent.get("messages") or sent.get("input")
+    closing = messages[-1].get("content") if isinstance(messages, list) and messages else None
+    if isinstance(closing, list) and closing and isinstance(closing[0], dict):
+        closing = closing[0].get("text")
     return isinstance(closing, str) and (AFTER_TASK in closing or WHOLE in closing)
 
 
-async def test_a_refused_prefix_form_is_asked_again_as_a_transcript_and_used() -> None:
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_refused_prefix_form_is_asked_again_as_a_transcript_and_used(api: str) -> None:
     provider = strict_provider()
-    session = await agent_session(refusing_the_prefix_form(provider.app))
+    session = await agent_session(refusing_the_prefix_form(provider.app), api=api)
     # Every summary was refused in the prefix form, then written from a transcript; the
     # compactions used them (no request failed: the agent's session ran to its end).
     refusals = session.counted["summarizer_prefix_refusals"]
