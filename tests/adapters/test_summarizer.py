@@ -43,11 +43,8 @@ def brain() -> MockUpstream:
 
 @pytest.fixture
 async def upstream(brain: MockUpstream) -> AsyncIterator[AiohttpUpstream]:
-    async with serve(brain.app) as base_url:
-        client = AiohttpUpstream(f"{base_url}/v1", timeout_s=10)
-        await client.open()
+    async with served(brain) as client:
         yield client
-        await client.aclose()
 
 
 def long_chat(turns: int) -> list[Message]:
@@ -109,11 +106,8 @@ def provider() -> MockUpstream:
 
 @pytest.fixture
 async def conversation_upstream(provider: MockUpstream) -> AsyncIterator[AiohttpUpstream]:
-    async with serve(provider.app) as base_url:
-        client = AiohttpUpstream(f"{base_url}/v1", timeout_s=10)
-        await client.open()
+    async with served(provider) as client:
         yield client
-        await client.aclose()
 
 
 async def forward(upstream: AiohttpUpstream, messages: list[Message]) -> None:
