@@ -94,6 +94,10 @@ async def test_responses_demo_compacts_reasoning_agents_and_lists_their_sessions
     assert totals.reasoning_returned > 0
     assert totals.overflows == totals.rejections == 0
     assert totals.forwarded_tokens < totals.sent_tokens
+    # Its summaries were asked over the Responses API as the conversation's prefix, each
+    # thousands of tokens: counted as such, not as their tool schemas alone.
+    assert totals.summary_calls > 0
+    assert totals.summary_tokens > 1_000 * totals.summary_calls
     assert all(agent.facts_kept == len(agent.facts) for agent in result.agents)
     assert listed.status_code == 200
     rows = {row["id"]: row for row in listed.json()["data"]}

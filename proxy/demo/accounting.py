@@ -12,7 +12,9 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
 from proxy.demo.agents import AgentStats
 from proxy.mock_upstream import MockUpstream, Recorded
@@ -52,7 +54,7 @@ def settle(upstream: MockUpstream, agents: Sequence[AgentStats], counter: TokenC
         agent = by_key.get(request.header("authorization") or "")
         if agent is not None:
             agent.summary_calls += 1
-            agent.summary_tokens += counter.request(request.json())
+            agent.summary_tokens += counter.request(_as_chat(request))
     for key, request in _last_forwarded(upstream).items():
         agent = by_key.get(key)
         if agent is not None:
@@ -72,6 +74,13 @@ def settle(upstream: MockUpstream, agents: Sequence[AgentStats], counter: TokenC
         rejections=upstream.strict_rejections,
         reasoning_returned=sum(_reasoning_items(request) for request in upstream.requests),
     )
+
+
+def _as_chat(request: Recorded) -> dict[str, Any]:
+    """`request`'s body as a chat completion, the form the counter reads: a summary asked
+    over the Responses API (a conversation's prefix) is its chat view."""
+    body: dict[str, Any] = request.json()
+    return chat_view(body) if request.path.endswith("/responses") else body
 
 
 def _reasoning_items(request: Recorded) -> int:
