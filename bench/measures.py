@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -226,6 +227,9 @@ class CellResult:
     """`x-compaction-applied` of each answered request."""
     pressures: list[float] = field(default_factory=list)
     """`x-context-pressure` of each answered request, in the same order."""
+    stated: list[float] = field(default_factory=list)
+    """`x-compaction-target` of each answered request (the target the proxy applied), in
+    the same order (nan where it said none)."""
     history_tokens: int = 0
     """The client's whole history at the end (our count)."""
     overflows: int = 0
@@ -278,12 +282,21 @@ class CellResult:
 
     @property
     def landings_above_target(self) -> int:
-        return sum(self.above_target(pressure) for pressure in self.landing_pressures)
+        landings = [i for i, applied in enumerate(self.applied) if applied != "none"]
+        return sum(self.above_target(i) for i in landings)
 
-    def above_target(self, pressure: float) -> bool:
-        """Whether a landing at `pressure` is above the target. The header says the pressure
-        to 4 decimals: a landing on the target itself can read half a unit above it."""
-        return pressure > self.target + 5e-5
+    def target_of(self, index: int) -> float:
+        """The target of answered request `index`: the one the proxy stated it applied, or
+        the cell's (the default applied to the room the head leaves, with the provider's
+        count) where it stated none."""
+        stated = self.stated[index] if index < len(self.stated) else float("nan")
+        return stated if math.isfinite(stated) else self.target
+
+    def above_target(self, index: int) -> bool:
+        """Whether answered request `index` landed above its target. The headers say the
+        pressure and the target to 4 decimals: a landing on the target itself can read up
+        to a unit of the last one above it."""
+        return self.pressures[index] > self.target_of(index) + 1e-4
 
     @property
     def overflows_after_calibration(self) -> int:

@@ -206,8 +206,9 @@ def _landed_after_result(cell: CellResult) -> tuple[bool | None, str]:
     after = list(zip(cell.applied[1:], cell.pressures[1:], strict=True))
     if not after:
         return None, "no request after the result"
-    landings = [p for applied, p in after if applied != "none"]
-    above = sum(cell.above_target(p) for p in landings)
+    indices = [i for i in range(1, len(cell.applied)) if cell.applied[i] != "none"]
+    landings = [cell.pressures[i] for i in indices]
+    above = sum(cell.above_target(i) for i in indices)
     shown = ", ".join(f"{pressure(p)} ({applied})" for applied, p in after)
     return bool(landings) and above == 0, f"{above} of {len(landings)} above; {shown}"
 

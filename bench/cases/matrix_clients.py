@@ -118,6 +118,7 @@ class MatrixClient:
             self.cell.overflows_before_first_answer = self.upstream.overflows
         self.cell.applied.append(headers.get("x-compaction-applied", "none"))
         self.cell.pressures.append(float(headers.get("x-context-pressure", "nan")))
+        self.cell.stated.append(float(headers.get("x-compaction-target", "nan")))
 
     def forwarded(self) -> list[Recorded]:
         """The requests the proxy forwarded in this client's API, summary requests apart

@@ -34,6 +34,7 @@ from proxy.core.keys import ClientKeys
 from proxy.core.policy import ModelPolicies
 from proxy.core.request import Api, ChatRequest, parse_chat_request, parse_responses_request
 from proxy.core.responses import server_state
+from proxy.core.room import in_room
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ContextLengthExceededError
 from proxy.observability.metrics import Metrics
@@ -379,6 +380,9 @@ def _compaction_headers(turn: Turn, outcome: Outcome) -> list[tuple[str, str]]:
         ("x-compaction-tokens-before", str(turn.budget.estimate(outcome.sent))),
         ("x-compaction-tokens-after", str(turn.budget.estimate(outcome.tokens_after))),
         ("x-context-pressure", f"{turn.budget.pressure(outcome.tokens_after):.4f}"),
+        # The target a compaction of this request lands at or below: `compaction_target` of
+        # the room its instructions and tools leave (`proxy.core.room`), as a pressure.
+        ("x-compaction-target", f"{in_room(turn.policy.compaction_target, turn.fixed):.4f}"),
     ]
     if turn.session is not None:
         headers.append(("x-session-id", turn.session))

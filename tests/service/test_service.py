@@ -88,6 +88,11 @@ async def test_a_compacted_turn_is_answered_with_its_headers_and_leaves_its_reco
     before = int(header(reply, "x-compaction-tokens-before") or 0)
     after = int(header(reply, "x-compaction-tokens-after") or 0)
     assert after < before
+    # It landed at or below the target it states: the default's, a little above 0.45 (the
+    # instructions take a little of the usable input).
+    target = float(header(reply, "x-compaction-target") or 0)
+    assert 0.45 < target < 0.46
+    assert float(header(reply, "x-context-pressure") or 1) <= target
     assert header(reply, "x-session-id") == "s1"
     await proxy.service.settle()
     detail = await proxy.service.operator.detail(SessionRef(TENANT, "s1"))
