@@ -69,17 +69,25 @@ class Memory:
     async def _try(self, call: Coroutine[Any, Any, _T], default: _T, *, write: bool = False) -> _T:
         """`call`'s value, or `default` when the store failed or its breaker is open;
         `write`: the call stores something (counted as lost when it is not made)."""
+        try:
+            return await self._must(call, write=write)
+        except StoreUnavailableError:
+            return default
+
+    async def _must(self, call: Coroutine[Any, Any, _T], *, write: bool = False) -> _T:
+        """`call`'s value; raises `StoreUnavailableError` when the store failed or its
+        breaker is open, counted and logged as a call `_try` serves around the store."""
         if self._down:
             call.close()  # never awaited: closed, so Python does not warn about it
             self._served_around(write)
             self._start_probe()
-            return default
+            raise StoreUnavailableError("the session store is unavailable (breaker open)")
         try:
             value = await call
         except StoreUnavailableError as exc:
             self._served_around(write)
             self._open(exc)
-            return default
+            raise
         self._close()
         return value
 
@@ -209,6 +217,32 @@ class Memory:
         """Whether the summary was stored (False: the store is down)."""
         call = self._stored(lambda: self.store.put_summary(tenant, key, text))
         return await self._try(call, False, write=True)
+
+    async def put_recalls(
+        self,
+        tenant: str,
+        session: str | None,
+        recalls: Mapping[str, Sequence[str]],
+        bodies: Mapping[str, Message],
+    ) -> bool:
+        """Whether the recall ids were stored (False: no session, or the store is down), so
+        the caller keeps content it could not make recallable."""
+        if session is None:
+            return False
+        call = self._stored(lambda: self.store.put_recalls(tenant, session, recalls, bodies))
+        return await self._try(call, False, write=True)
+
+    async def recalled(
+        self, tenant: str, session: str | None, recall_id: str
+    ) -> list[Message] | None:
+        """The messages `recall_id` stands for in the session; None when it has no such id.
+
+        Raises `StoreUnavailableError` when the store is down: unlike the other reads, an
+        answer of "nothing" would tell the model the id is unknown, not to try again later.
+        """
+        if session is None:
+            return None
+        return await self._must(self.store.recalled(tenant, session, recall_id))
 
     @staticmethod
     async def _stored(call: Callable[[], Awaitable[None]]) -> bool:

@@ -106,7 +106,8 @@ class Sessions(Protocol):
         """
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
-        """Forget the session, its history, timeline and archived sequence; False if unknown.
+        """Forget the session, its history, timeline, archived sequence and recall ids;
+        False if unknown.
 
         The archived message bodies are shared by the tenant's sessions; they expire on
         their own when no session archives them any more.
@@ -135,6 +136,27 @@ class Archive(Protocol):
 
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         """The session's archived history, skipping any message that has expired."""
+
+
+class Recalls(Protocol):
+    """What each recall id of a session stands for (reversible compaction)."""
+
+    async def put_recalls(
+        self,
+        tenant: str,
+        session_id: str,
+        recalls: Mapping[str, Sequence[str]],
+        bodies: Mapping[str, Message],
+    ) -> None:
+        """Remember, for the session's TTL (each write restarts it), the content hashes each
+        recall id of `recalls` stands for (in order), and store `bodies` (messages by their
+        content hash) in the tenant's message store the archive uses, so an id resolves even
+        for messages the archive has not stored (yet). An id already known keeps its hashes."""
+
+    async def recalled(self, tenant: str, session_id: str, recall_id: str) -> list[Message] | None:
+        """The messages `recall_id` stands for in this session, in order (a message whose body
+        expired is skipped); None when the session has no such id (another session's or
+        tenant's id, an unknown or expired one)."""
 
 
 class Summaries(Protocol):
@@ -184,7 +206,9 @@ class ModelFacts(Protocol):
         produced them, and age out on their own clock, not the session's."""
 
 
-class Store(Lifecycle, Checkpoints, Sessions, Archive, Summaries, Locks, ModelFacts, Protocol):
+class Store(
+    Lifecycle, Checkpoints, Sessions, Archive, Recalls, Summaries, Locks, ModelFacts, Protocol
+):
     """Everything the service keeps, in one store (embedded or Redis); each role above is
     what one part of the service needs of it."""
 

@@ -16,8 +16,8 @@ write. Its memory is bounded twice:
   (1,000 models each).
 
 Archived messages are shared by the sessions of a tenant (content-addressed, like in Redis)
-and counted: a message goes when the last session whose history holds it is deleted,
-evicted or expires, so deleting sessions gives their memory back.
+and counted: a message goes when the last session whose history or recall ids hold it is
+deleted, evicted or expires, so deleting sessions gives their memory back.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from proxy.adapters.store.contract import (
@@ -173,6 +173,10 @@ class _Session:
     """When the expiry of the archived messages was last moved (the store's clock)."""
     timeline: tuple[TurnPoint, ...] = ()
     request: str | None = None
+    recalls: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The content hashes each recall id stands for; replaced, never changed in place."""
+    recalled_hashes: int = 0
+    """How many hashes `recalls` holds together, so sizing the session stays O(1)."""
 
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -185,6 +189,8 @@ _HASH_BYTES = 120
 """One content hash of a session's sequence, with its count in the tenant's references."""
 _POINT_BYTES = 200
 """One `TurnPoint` of a session's timeline."""
+_RECALL_BYTES = 200
+"""One recall id of a session, without its hashes (each counted as `_HASH_BYTES`)."""
 _RECORD_BYTES = 150
 """One `CompactionRecord` of a session's history."""
 _STATE_BYTES = 500
@@ -201,7 +207,8 @@ def _session_size(session: _Session) -> int:
         _ENTRY_BYTES
         + _STATE_BYTES
         + sys.getsizeof(session.request or "")
-        + _HASH_BYTES * len(session.seq)
+        + _HASH_BYTES * (len(session.seq) + session.recalled_hashes)
+        + _RECALL_BYTES * len(session.recalls)
         + _POINT_BYTES * len(session.timeline)
         + _RECORD_BYTES * history
     )
@@ -305,6 +312,8 @@ class MemoryStore:
 
     def _session_dropped(self, key: _Key, session: _Session) -> None:
         self._let_go(key[0], session.seq)
+        for hashes in session.recalls.values():
+            self._let_go(key[0], hashes)
 
     async def ping(self) -> None:
         return None
@@ -403,6 +412,7 @@ class MemoryStore:
                 state,
                 tokens_sent=state.tokens_sent + point.tokens_before,
                 tokens_forwarded=state.tokens_forwarded + point.tokens_after,
+                recalls=state.recalls + point.recalls,
                 last_pressure=point.pressure,
                 last_context=copied,
             )
@@ -481,6 +491,43 @@ class MemoryStore:
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         session = self._sessions.get((tenant, session_id))
         texts = [self._messages.get((tenant, h)) for h in (session.seq if session else ())]
+        return [json.loads(text) for text in texts if text is not None]
+
+    async def put_recalls(
+        self,
+        tenant: str,
+        session_id: str,
+        recalls: Mapping[str, Sequence[str]],
+        bodies: Mapping[str, Message],
+    ) -> None:
+        self._sweep()
+        for digest, message in bodies.items():
+            # Set-if-absent, as Redis's SET NX: a stored body keeps its text and its expiry.
+            if self._messages.get((tenant, digest)) is None:
+                self._messages.put((tenant, digest), json.dumps(message))
+        key = (tenant, session_id)
+        if recalls:
+            session = self._sessions.get(key) or _Session()
+            added = {
+                recall_id: tuple(hashes)
+                for recall_id, hashes in recalls.items()
+                if recall_id not in session.recalls
+            }
+            # Counted as the archive's sequences are, so a recalled body stays while an id
+            # of a live session stands for it, and goes with the last one.
+            for hashes in added.values():
+                self._hold(tenant, hashes)
+            held = session.recalled_hashes + sum(len(hashes) for hashes in added.values())
+            merged = {**session.recalls, **added}
+            self._sessions.put(key, replace(session, recalls=merged, recalled_hashes=held))
+        self._shrink(key)
+
+    async def recalled(self, tenant: str, session_id: str, recall_id: str) -> list[Message] | None:
+        session = self._sessions.get((tenant, session_id))
+        hashes = None if session is None else session.recalls.get(recall_id)
+        if hashes is None:
+            return None
+        texts = [self._messages.get((tenant, h)) for h in hashes]
         return [json.loads(text) for text in texts if text is not None]
 
     async def put_summary(self, tenant: str, key: str, text: str) -> None:

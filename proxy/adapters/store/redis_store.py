@@ -11,11 +11,15 @@ Redis key schema (values are JSON unless noted; `{...}` is a Redis Cluster hash 
     cp:{s:<tenant>:<session>}:state      hash: turns, last_compaction_turn, model,
                                          last_seen, last_pressure, last_usage (JSON),
                                          compactions, tokens_sent, tokens_forwarded,
+                                         recalls,
                                          last_context (JSON)
     cp:{s:<tenant>:<session>}:history    list: the last 100 CompactionRecords
     cp:{s:<tenant>:<session>}:seq        list: content hashes of the archived messages
     cp:{s:<tenant>:<session>}:timeline   list: the last 200 TurnPoints
     cp:{s:<tenant>:<session>}:request    the last request's body without its messages
+    cp:{s:<tenant>:<session>}:recall     hash: recall id -> JSON list of the content hashes
+                                         it stands for, set once per id (their bodies are
+                                         the tenant's msg keys)
     cp:sessions                          sorted set: ["<tenant>", "<session>"] by last_seen,
                                          for the admin's cross-tenant list (no expiry; its
                                          members older than the TTL are pruned on write)
@@ -122,6 +126,7 @@ redis.call('HINCRBY', KEYS[1], 'tokens_sent', ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'tokens_forwarded', ARGV[5])
 redis.call('HSET', KEYS[1], 'last_pressure', ARGV[6], 'last_context', ARGV[7])
 if ARGV[8] ~= '' then redis.call('SET', KEYS[5], ARGV[8]) end
+if ARGV[9] ~= '0' then redis.call('HINCRBY', KEYS[1], 'recalls', ARGV[9]) end
 """
     + _REFRESH
 )
@@ -206,9 +211,13 @@ def _tenant_key(tenant: str, kind: str, name: str = "") -> str:
 
 
 def _session_keys(tenant: str, session_id: str) -> list[str]:
-    """The session's state, history, seq, timeline and request keys (in that order)."""
+    """The session's state, history, seq, timeline, request and recall keys (in that order).
+
+    The session's scripts refresh every one of them, so its recall ids live as long as it.
+    """
     tag = f"cp:{{s:{tenant}:{session_id}}}"
-    return [f"{tag}:{name}" for name in ("state", "history", "seq", "timeline", "request")]
+    names = ("state", "history", "seq", "timeline", "request", "recall")
+    return [f"{tag}:{name}" for name in names]
 
 
 def _model_key(tenant: str, model: str, fact: str) -> str:
@@ -238,6 +247,7 @@ def _state(fields: Mapping[str, str], history: Sequence[str]) -> SessionState:
         compactions=int(fields.get("compactions", 0)),
         tokens_sent=int(fields.get("tokens_sent", 0)),
         tokens_forwarded=int(fields.get("tokens_forwarded", 0)),
+        recalls=int(fields.get("recalls", 0)),
         last_context=None if context is None else json.loads(context),
     )
 
@@ -438,6 +448,7 @@ class RedisStore:
             repr(point.pressure),
             json.dumps(dict(context)),
             "" if request is None else json.dumps(dict(request)),
+            point.recalls,
         )
         async with self._call():
             await self._script(_RECORD_TURN, keys, self._ttl_ms, *args)
@@ -533,6 +544,42 @@ class RedisStore:
         _state_key, _history, seq, *_rest = _session_keys(tenant, session_id)
         async with self._call():
             hashes = cast("list[str]", await self._client.lrange(seq, 0, -1))
+            if not hashes:
+                return []
+            bodies = await self._client.mget([_tenant_key(tenant, "msg", h) for h in hashes])
+        return [json.loads(body) for body in bodies if body is not None]
+
+    async def put_recalls(
+        self,
+        tenant: str,
+        session_id: str,
+        recalls: Mapping[str, Sequence[str]],
+        bodies: Mapping[str, Message],
+    ) -> None:
+        if not recalls and not bodies:
+            return
+        recall_key = _session_keys(tenant, session_id)[5]
+        # Two hash tags (the session's, the tenant's): a plain pipeline, not a transaction
+        # nor a script (a cluster splits it by node). HSETNX and SET NX are each atomic:
+        # an id keeps the hashes first written for it, a stored body is not rewritten.
+        async with self._call():
+            pipe = self._client.pipeline(transaction=False)
+            for recall_id, hashes in recalls.items():
+                pipe.hsetnx(recall_key, recall_id, json.dumps(list(hashes)))
+            if recalls:
+                pipe.pexpire(recall_key, self._ttl_ms)
+            for digest, message in bodies.items():
+                key = _tenant_key(tenant, "msg", digest)
+                pipe.set(key, json.dumps(message), nx=True, px=self._ttl_ms)
+            await pipe.execute()
+
+    async def recalled(self, tenant: str, session_id: str, recall_id: str) -> list[Message] | None:
+        recall_key = _session_keys(tenant, session_id)[5]
+        async with self._call():
+            listed = await self._client.hget(recall_key, recall_id)
+            if listed is None:
+                return None
+            hashes: list[str] = json.loads(listed)
             if not hashes:
                 return []
             bodies = await self._client.mget([_tenant_key(tenant, "msg", h) for h in hashes])

@@ -1,0 +1,373 @@
+"""The stores' `Recalls` role: what each recall id of a session stands for.
+
+Like tests/adapters/test_store.py, every `backend` test runs on `MemoryStore`, on a
+`RedisStore` on a private redis-server, and on a `RedisStore` on a private one-node Redis
+Cluster: a recall id lives under the session's hash tag and the bodies under the tenant's,
+and a cluster refuses any command that mixes them. The machine's own Redis is never used.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import redis
+import redis.asyncio as aioredis
+
+from proxy.adapters.store import MemoryStore, RedisStore, Store, StoreUnavailableError, open_store
+from proxy.core.messages import Message
+from proxy.core.session import content_hash
+from proxy.settings import RedisMode, RedisSettings
+from tests.builders import assistant, tool_result, user
+from tests.redis_server import RedisServer
+from tests.servers import free_port
+
+# The Redis clients are shared by the module's tests, so they share its event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TTL_S = 1000.0
+A = "tenant-a"
+B = "tenant-b"
+NOT_INSTALLED = "redis-server is not installed (.ci/run installs Debian's redis-server)"
+
+# -- private servers -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private redis-server on a unix socket."""
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+    except FileNotFoundError:
+        pytest.skip(NOT_INSTALLED)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _wait_until(ready: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not ready():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.01)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _cluster_ok(client: redis.Redis) -> bool:
+    info: dict[str, str] = client.cluster("INFO")
+    return info["cluster_state"] == "ok"
+
+
+@pytest.fixture(scope="module")
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private one-node Redis Cluster on loopback, owning all 16384 slots."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip(NOT_INSTALLED)
+    folder = tmp_path_factory.mktemp("cluster")
+    port, bus = free_port(), free_port()
+    command = [
+        binary, "--bind", "127.0.0.1", "--port", str(port), "--cluster-enabled", "yes",
+        "--cluster-port", str(bus), "--cluster-config-file", str(folder / "nodes.conf"),
+        "--save", "", "--appendonly", "no", "--dir", str(folder),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port, decode_responses=True)
+    try:
+        _wait_until(lambda: _answers(client), "redis-server (cluster)")
+        client.cluster("ADDSLOTSRANGE", 0, 16383)
+        _wait_until(lambda: _cluster_ok(client), "cluster")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(10)
+
+
+# -- backends --------------------------------------------------------------------------------
+
+
+class Clock:
+    """A clock the test moves by hand, for the embedded store's expiry."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Backend:
+    """A store under test, with the means to look inside it."""
+
+    store: Store
+    clock: Clock
+    raw: aioredis.Redis | None
+    """A plain client on the same server (a one-node cluster serves every slot)."""
+
+    async def messages_stored(self, tenant: str) -> int:
+        if isinstance(self.store, MemoryStore):
+            return sum(1 for (owner, _), _text in self.store._messages.live() if owner == tenant)
+        assert self.raw is not None
+        return len([key async for key in self.raw.scan_iter(match=f"cp:{{t:{tenant}}}:msg:*")])
+
+
+@pytest.fixture(scope="module", params=["memory", "redis", "cluster"])
+def kind(request: pytest.FixtureRequest) -> str:
+    # Module scope makes pytest run each kind's tests together.
+    return str(request.param)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def redis_pair(
+    kind: str, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[RedisStore, aioredis.Redis] | None]:
+    """One store per server for the module, and a plain client on the same server."""
+    if kind == "memory":
+        yield None
+        return
+    mode: RedisMode = "single" if kind == "redis" else "cluster"
+    url: str = request.getfixturevalue("server_url" if kind == "redis" else "cluster_url")
+    store = open_store(RedisSettings(url=url, mode=mode, session_ttl_s=TTL_S))
+    assert isinstance(store, RedisStore)
+    raw = aioredis.Redis.from_url(url, decode_responses=True)
+    try:
+        yield store, raw
+    finally:
+        await store.aclose()
+        await raw.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def backend(redis_pair: tuple[RedisStore, aioredis.Redis] | None) -> Backend:
+    clock = Clock()
+    if redis_pair is None:
+        return Backend(MemoryStore(session_ttl_s=TTL_S, clock=clock), clock, None)
+    store, raw = redis_pair
+    await raw.flushall()
+    return Backend(store, clock, raw)
+
+
+# -- builders --------------------------------------------------------------------------------
+
+BODY: list[Message] = [
+    user("find the failing test"),
+    assistant("running the suite"),
+    tool_result("c1", "412 passed, 1 failed: test_store_recalls"),
+    user("fix it"),
+]
+HASHES = [content_hash(message) for message in BODY]
+
+
+def bodies(*messages: Message) -> dict[str, Message]:
+    """Messages by their content hash, as `put_recalls` takes them."""
+    return {content_hash(message): message for message in messages}
+
+
+def recall_key(tenant: str, session_id: str) -> str:
+    return f"cp:{{s:{tenant}:{session_id}}}:recall"
+
+
+# == the contract, on every backend ==========================================================
+
+
+async def test_recalled_gives_the_messages_of_the_id_in_order(backend: Backend) -> None:
+    store = backend.store
+    recalls = {"rc_span": [HASHES[2], HASHES[0], HASHES[1]], "rc_tool": [HASHES[2]]}
+    await store.put_recalls(A, "s", recalls, bodies(*BODY[:3]))
+    assert await store.recalled(A, "s", "rc_span") == [BODY[2], BODY[0], BODY[1]]
+    assert await store.recalled(A, "s", "rc_tool") == [BODY[2]]
+
+
+async def test_recalled_unknown_id_or_session_is_none(backend: Backend) -> None:
+    store = backend.store
+    assert await store.recalled(A, "s", "rc_unknown") is None
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:1]}, bodies(BODY[0]))
+    assert await store.recalled(A, "s", "rc_unknown") is None
+    assert await store.recalled(A, "nobody", "rc_1") is None
+
+
+async def test_recalled_another_sessions_id_is_none(backend: Backend) -> None:
+    await backend.store.put_recalls(A, "s1", {"rc_1": HASHES[:2]}, bodies(*BODY[:2]))
+    assert await backend.store.recalled(A, "s2", "rc_1") is None
+
+
+async def test_recalled_another_tenants_id_is_none(backend: Backend) -> None:
+    store = backend.store
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:2]}, bodies(*BODY[:2]))
+    assert await store.recalled(B, "s", "rc_1") is None
+    # Nor are A's bodies B's: B's id naming the same hashes finds nothing stored.
+    await store.put_recalls(B, "s", {"rc_1": HASHES[:2]}, {})
+    assert await store.recalled(B, "s", "rc_1") == []
+
+
+async def test_an_id_put_twice_keeps_its_first_hashes(backend: Backend) -> None:
+    store = backend.store
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:1]}, bodies(*BODY))
+    await store.put_recalls(A, "s", {"rc_1": HASHES[1:], "rc_2": HASHES[1:2]}, {})
+    assert await store.recalled(A, "s", "rc_1") == BODY[:1]
+    assert await store.recalled(A, "s", "rc_2") == BODY[1:2]
+
+
+async def test_put_recalls_never_overwrites_a_stored_body(backend: Backend) -> None:
+    store = backend.store
+    await store.archive(A, "s", BODY)
+    forged = {HASHES[0]: user("not what was said")}
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:1]}, forged)
+    assert await store.recalled(A, "s", "rc_1") == BODY[:1]
+    assert await store.archived(A, "s") == BODY
+
+
+async def test_recalled_finds_the_bodies_the_archive_stored(backend: Backend) -> None:
+    store = backend.store
+    await store.archive(A, "s", BODY)
+    await store.put_recalls(A, "s", {"rc_1": HASHES[1:3]}, {})
+    assert await store.recalled(A, "s", "rc_1") == BODY[1:3]
+    assert await backend.messages_stored(A) == len(BODY)  # stored once, shared
+
+
+async def test_an_id_resolves_after_the_archive_moved_on(backend: Backend) -> None:
+    # The archive records the client's latest history; an id of the session still stands
+    # for what it replaced, though a rewind dropped it from the archived sequence.
+    store = backend.store
+    await store.archive(A, "s", BODY)
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:2]}, {})
+    await store.archive(A, "s", [user("start over")])
+    assert await store.recalled(A, "s", "rc_1") == BODY[:2]
+
+
+async def test_recalled_skips_a_body_never_stored(backend: Backend) -> None:
+    await backend.store.put_recalls(A, "s", {"rc_1": HASHES}, bodies(BODY[0], BODY[3]))
+    assert await backend.store.recalled(A, "s", "rc_1") == [BODY[0], BODY[3]]
+
+
+async def test_put_recalls_keeps_messages_as_sent(backend: Backend) -> None:
+    odd: Message = {"content": "hé ☃", "role": "user", "x_vendor": {"keep": [1, None]}}
+    await backend.store.put_recalls(A, "s", {"rc_1": [content_hash(odd)]}, bodies(odd))
+    restored = await backend.store.recalled(A, "s", "rc_1")
+    assert restored == [odd]
+    assert list(restored[0]) == ["content", "role", "x_vendor"]  # key order kept
+
+
+async def test_put_recalls_with_nothing_stores_nothing(backend: Backend) -> None:
+    await backend.store.put_recalls(A, "s", {}, {})
+    assert await backend.messages_stored(A) == 0
+    assert await backend.store.delete_session(A, "s") is False
+
+
+async def test_bodies_alone_are_stored_without_an_id(backend: Backend) -> None:
+    # Bodies without ids: an id written later (by another replica) resolves to them.
+    store = backend.store
+    await store.put_recalls(A, "s", {}, bodies(*BODY[:2]))
+    assert await store.recalled(A, "s", "rc_1") is None
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:2]}, {})
+    assert await store.recalled(A, "s", "rc_1") == BODY[:2]
+
+
+async def test_delete_session_forgets_its_recall_ids(backend: Backend) -> None:
+    store = backend.store
+    await store.begin_turn(A, "s", model="m", at=1.0)
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:2]}, bodies(*BODY[:2]))
+    await store.put_recalls(A, "kept", {"rc_1": HASHES[:2]}, {})
+    assert await store.delete_session(A, "s") is True
+    assert await store.recalled(A, "s", "rc_1") is None
+    assert await store.recalled(A, "kept", "rc_1") == BODY[:2]
+    # A session that has recall ids only is a session to delete, on both stores alike.
+    await store.put_recalls(A, "only", {"rc_1": HASHES[:1]}, {})
+    assert await store.delete_session(A, "only") is True
+    assert await store.recalled(A, "only", "rc_1") is None
+
+
+# -- expiry ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"], indirect=True)
+async def test_redis_recall_keys_carry_the_ttl_and_writes_restart_it(backend: Backend) -> None:
+    store, raw = backend.store, backend.raw
+    assert raw is not None
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:2]}, bodies(*BODY[:2]))
+    key = recall_key(A, "s")
+    body_keys = [f"cp:{{t:{A}}}:msg:{h}" for h in HASHES[:2]]
+    for timed in (key, *body_keys):
+        assert TTL_S * 1000 - 5000 < await raw.pttl(timed) <= TTL_S * 1000
+    await raw.pexpire(key, 5000)
+    await store.put_recalls(A, "s", {"rc_1": HASHES[2:]}, {})  # a write: known id, new TTL
+    assert await raw.pttl(key) > 5000
+    await raw.pexpire(key, 5000)
+    await store.begin_turn(A, "s", model="m", at=time.time())  # the session's writes too
+    assert await raw.pttl(key) > 5000
+
+
+async def test_memory_recall_ids_expire_with_the_session_unless_written() -> None:
+    clock = Clock()
+    store = MemoryStore(session_ttl_s=100, clock=clock)
+    await store.put_recalls(A, "s", {"rc_1": HASHES[:1]}, bodies(BODY[0]))
+    clock.now += 60
+    await store.put_recalls(A, "s", {"rc_2": HASHES[:1]}, {})  # a write restarts the TTL
+    clock.now += 60
+    assert await store.recalled(A, "s", "rc_1") == []  # the id lives on; its body expired
+    clock.now += 41
+    assert await store.recalled(A, "s", "rc_1") is None
+
+
+async def test_memory_recalled_bodies_go_with_the_last_session_holding_them() -> None:
+    # Counted like the archive's: deleting the sessions gives the memory back.
+    store = MemoryStore(session_ttl_s=TTL_S)
+    await store.put_recalls(A, "one", {"rc_1": HASHES[:2]}, bodies(*BODY[:2]))
+    await store.put_recalls(A, "two", {"rc_1": HASHES[1:2]}, {})
+    held = store.bytes_held
+    await store.delete_session(A, "one")
+    assert await store.recalled(A, "two", "rc_1") == BODY[1:2]
+    assert store.bytes_held < held
+    await store.delete_session(A, "two")
+    assert list(store._messages.live()) == []
+    assert store.bytes_held == 0
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["single", "cluster"])
+async def test_unreachable_redis_is_unavailable_for_recalls(mode: RedisMode) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    store = open_store(RedisSettings(url=url, mode=mode, timeout_s=0.2))
+    with pytest.raises(StoreUnavailableError, match="Redis is not usable"):
+        await store.put_recalls(A, "s", {"rc_1": HASHES[:1]}, bodies(BODY[0]))
+    with pytest.raises(StoreUnavailableError, match="Redis is not usable"):
+        await store.recalled(A, "s", "rc_1")
+    await store.aclose()
+
+
+async def test_stopped_redis_is_unavailable_for_recalls(tmp_path: Path) -> None:
+    try:
+        server = RedisServer(tmp_path)
+    except FileNotFoundError:
+        pytest.skip(NOT_INSTALLED)
+    server.start()
+    store = open_store(RedisSettings(url=server.url, timeout_s=0.5))
+    try:
+        await store.put_recalls(A, "s", {"rc_1": HASHES[:1]}, bodies(BODY[0]))
+        server.stop()
+        with pytest.raises(StoreUnavailableError):
+            await store.recalled(A, "s", "rc_1")
+        with pytest.raises(StoreUnavailableError):
+            await store.put_recalls(A, "s", {"rc_2": HASHES[:1]}, {})
+    finally:
+        server.stop()
+        await store.aclose()

@@ -1,0 +1,89 @@
+"""`Memory`'s recall calls: a write served around a down store says it was not stored, and a
+read raises, so the caller tells "no such id" from "the store cannot say".
+
+The fault tests stop a private redis-server under a real `RedisStore`, as in
+tests/service/test_memory.py; nothing of the store is faked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from proxy.adapters.store import Store, StoreUnavailableError
+from proxy.core.messages import Message
+from proxy.core.session import content_hash
+from proxy.observability.metrics import Metrics
+from proxy.service.memory import Memory
+from tests.builders import assistant, user
+from tests.redis_server import RedisServer
+from tests.service.stores import STORES, store_of
+
+TENANT = "tenant-a"
+REPLACED: list[Message] = [user("plan the migration"), assistant("step one")]
+RECALLS = {"rc_k3j4h5g6f7": [content_hash(message) for message in REPLACED]}
+BODIES = {content_hash(message): message for message in REPLACED}
+
+
+@pytest.fixture(params=STORES)
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    async with store_of(request.param, request) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def redis_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """A `RedisStore` on the test's own `redis_server`, whose faults the test makes."""
+    async with store_of("redis", request, timeout_s=0.5) as opened:
+        yield opened
+
+
+def counted(metrics: Metrics) -> tuple[float, float, float]:
+    """Store errors, writes lost, and the breaker gauge (1 open, 0 closed)."""
+    names = ("store_errors_total", "store_writes_lost_total", "store_breaker_open")
+    get = metrics.registry.get_sample_value
+    errors, lost, breaker = (get(f"compaction_proxy_{name}") or 0.0 for name in names)
+    return errors, lost, breaker
+
+
+async def test_recall_ids_put_are_recalled_in_their_session(store: Store) -> None:
+    memory = Memory(store)
+    assert await memory.put_recalls(TENANT, "s1", RECALLS, BODIES) is True
+    assert await memory.recalled(TENANT, "s1", "rc_k3j4h5g6f7") == REPLACED
+    assert await memory.recalled(TENANT, "s2", "rc_k3j4h5g6f7") is None
+    assert await memory.recalled(TENANT, "s1", "rc_unknown") is None
+
+
+async def test_without_a_session_nothing_is_recallable_and_no_call_made(
+    redis_server: RedisServer, redis_store: Store
+) -> None:
+    metrics = Metrics()
+    memory = Memory(redis_store, metrics=metrics, probe_interval_s=60)
+    redis_server.stop()
+    assert await memory.put_recalls(TENANT, None, RECALLS, BODIES) is False
+    assert await memory.recalled(TENANT, None, "rc_k3j4h5g6f7") is None
+    assert counted(metrics) == (0, 0, 0)
+    assert not memory.down
+    await memory.aclose()
+
+
+async def test_a_down_store_loses_the_write_and_raises_on_the_read(
+    redis_server: RedisServer, redis_store: Store
+) -> None:
+    metrics = Metrics()
+    memory = Memory(redis_store, metrics=metrics, probe_interval_s=60)
+    assert await memory.put_recalls(TENANT, "s1", RECALLS, BODIES) is True
+    redis_server.stop()
+    # The store fails the call: raised, and the breaker opens as for any other call.
+    with pytest.raises(StoreUnavailableError, match="Redis is not usable"):
+        await memory.recalled(TENANT, "s1", "rc_k3j4h5g6f7")
+    assert memory.down
+    assert counted(metrics) == (1, 0, 1)  # a read: an error, not a lost write
+    assert await memory.put_recalls(TENANT, "s1", RECALLS, BODIES) is False
+    assert counted(metrics) == (2, 1, 1)
+    # The breaker is open: no call made, still raised rather than "no such id".
+    with pytest.raises(StoreUnavailableError, match="breaker open"):
+        await memory.recalled(TENANT, "s1", "rc_k3j4h5g6f7")
+    assert counted(metrics) == (3, 1, 1)
+    await memory.aclose()
