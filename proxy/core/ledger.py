@@ -524,6 +524,9 @@ def _is_constraint(sentence: str) -> bool:
     )
 
 
+_RECALL_ID = re.compile(r"rc_[a-z2-7]{10}")
+
+
 def _pattern_facts(source: str, rules: Sequence[_Rule] = _RULES) -> Iterator[tuple[int, Fact]]:
     """(start, fact) for each span a rule matches, each span claimed by the first rule."""
     claimed = bytearray(len(source))
@@ -533,6 +536,8 @@ def _pattern_facts(source: str, rules: Sequence[_Rule] = _RULES) -> Iterator[tup
         for match in rule.pattern.finditer(source):
             found = _trim_end(match.group())
             start, end = match.start(), match.start() + len(found)
+            if found.startswith("rc_") and _RECALL_ID.fullmatch(found):
+                continue  # the proxy's own recall id (`proxy.core.recall`): no fact of theirs
             if _ALNUM.search(found) and claimed.find(1, start, end) == -1:
                 claimed[start:end] = b"\x01" * (end - start)
                 yield start, Fact(rule.kind, found)

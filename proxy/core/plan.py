@@ -60,7 +60,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from proxy.core import artifacts
+from proxy.core import artifacts, recall
 from proxy.core import statements as ledger
 from proxy.core.budget import Budget
 from proxy.core.ledger import appendix, ledger_of, missing_facts
@@ -99,6 +99,7 @@ from proxy.core.tool_results import (
     is_tool_result,
     is_trimmed,
     names_kept,
+    recall_of,
     trim,
 )
 from proxy.core.turn_budget import shrink_old_turns
@@ -152,6 +153,10 @@ class Situation:
     """The digests (`note_digest`) of the notes the proxy wrote into `messages` (its
     checkpoint's): only these are read as notes. A message that merely looks like one (a
     model imitating the block it saw, sent back as history) is the client's text."""
+    recall: str | None = None
+    """The conversation's scope (tenant and session) when the model can recall what this
+    compaction removes (`proxy.core.recall`): every placeholder, cut and note then names the
+    id of what it stands for. None: recall is off, and the texts say nothing of it."""
 
     def fixed(self, counter: Counter) -> float:
         """The share of the usable input the leading instructions and the tools take: the
@@ -216,6 +221,11 @@ class Compacted:
     (folded into the next compaction under `note`'s key)."""
     notes: frozenset[str] = frozenset()
     """The digests of the proxy's notes in `messages` (for the checkpoint to keep)."""
+    recalls: Mapping[str, tuple[Message, ...]] = field(default_factory=dict)
+    """What each recall id the new messages name stands for (`Situation.recall`): the
+    messages as the plan had them when it removed them (a span evicted after its results
+    were cleared holds their placeholders, whose ids are here too), for the store to
+    resolve a `context_recall`."""
 
     @property
     def covers(self) -> str | None:
@@ -300,6 +310,9 @@ class NeedsSummary:
             return None
         messages = tuple(given[: eviction.stop])
         body = work.situation.body
+        if work.situation.recall is not None and not recall.named(given):
+            # Offered only once a compaction named an id: not in what was forwarded so far.
+            body = recall.without_tool(body)
         return Prefix(
             prefix_fields(body),
             messages,
@@ -358,7 +371,9 @@ class NeedsSummary:
         known = [*(s.text for s in kept), *trail, *replaced]
         checked = _with_lost_facts(clipped, sources, known, work)
         tools = offered_tools(work.situation.body)
-        note = summary_text(checked, condensed=eviction.condensed, tools=tools)
+        note = summary_text(
+            checked, condensed=eviction.condensed, tools=tools, recall=eviction.recall()
+        )
         eviction.apply(note, "summarize", kept, trail)
         _land(work)
         return self._finished()
@@ -366,7 +381,7 @@ class NeedsSummary:
     def fallback(self) -> Compacted:
         """The conversation truncated instead (no summary of the span is at hand)."""
         eviction = self._eviction
-        eviction.apply(marker(eviction.condensed, eviction.previous), "truncate")
+        eviction.apply(eviction.marker(), "truncate")
         _land(eviction.work)
         return self._finished()
 
@@ -467,6 +482,8 @@ class _Work:
     dropped_after: str | None = None
     notes: set[str] = field(init=False)
     """The digests of the proxy's notes: the situation's, and every block written since."""
+    recalls: dict[str, tuple[Message, ...]] = field(default_factory=dict)
+    """Every recall id made so far (some may stand in no message in the end)."""
 
     def __post_init__(self) -> None:
         self.notes = set(self.situation.notes)
@@ -526,6 +543,21 @@ class _Work:
         leading = {*(names[0] for names in found if names), *carried}
         trail = artifacts.merged(names, carried)
         return artifacts.selected(trail, budget, self.counter.text, leading)
+
+    def recall_of(self, removed: Sequence[Message]) -> str | None:
+        """The recall id of what a placeholder or a note stands for (`removed`, as the plan
+        was given it), when recall is on. A result already cut to head and tail keeps the id
+        its cut named: it stands for the original, which the cut no longer holds."""
+        scope = self.situation.recall
+        if scope is None:
+            return None
+        if len(removed) == 1 and is_trimmed(removed[0]):
+            earlier = recall_of(removed[0])
+            if earlier is not None:
+                return earlier
+        rid = recall.recall_id(scope, removed)
+        self.recalls.setdefault(rid, tuple(removed))
+        return rid
 
     def note_of(self, message: Message) -> str | None:
         """The note `message` stands for, if it is one the proxy wrote (see `notes`): the
@@ -629,7 +661,25 @@ class _Work:
             self.note,
             dropped,
             self.notes_left(),
+            self.named_recalls(),
         )
+
+    def named_recalls(self) -> dict[str, tuple[Message, ...]]:
+        """The recall ids the conversation names now, with what each stands for (an id made
+        for a cut that was tried and not kept is no one's), and the ids what they stand for
+        names: a span evicted after its results were cleared holds their placeholders, and
+        a recall of the span must lead to the results too."""
+        if not self.recalls:
+            return {}
+        named = {rid for message in self.messages for rid in recall.ids_in(text(message))}
+        found: dict[str, tuple[Message, ...]] = {}
+        while named:
+            rid = named.pop()
+            if rid in found or rid not in self.recalls:
+                continue
+            found[rid] = self.recalls[rid]
+            named.update(i for m in found[rid] for i in recall.ids_in(text(m)))
+        return found
 
     def outcome(self) -> Compacted | None:
         """The result if the conversation has reached its target, else None (and always
@@ -671,6 +721,7 @@ def _cap_messages(work: _Work, cap: int, eligible: Callable[[Message], bool], st
                 count=work.counter.text,
                 tool_name=name,
                 names=_names(work, message),
+                recall=work.recall_of([message]),
             )
             # A result barely over a small cap would grow by the note: keep it whole then.
             if work.counter.message(trimmed) < tokens:
@@ -689,7 +740,8 @@ def _clear_layer(work: _Work) -> Plan | None:
         if is_tool_result(message) and not is_cleared(message):
             tokens = work.counter.message(message)
             names = work.mentions.names(message)  # found once per result, not per clearing
-            placeholder = clear(message, work.tool_name(index), tokens, names)
+            rid = work.recall_of([message])
+            placeholder = clear(message, work.tool_name(index), tokens, names, rid)
             if work.counter.message(placeholder) < tokens:  # a short result stays whole
                 messages[index] = placeholder
     work.update(messages, "clear_tool_results")
@@ -717,7 +769,7 @@ def _truncate_layer(work: _Work) -> Plan | None:
     eviction = _Eviction.find(work, deep=work.situation.force, note_tokens=_NOTE_OVERHEAD)
     if eviction is None:
         return None
-    eviction.apply(marker(eviction.condensed, eviction.previous), "truncate")
+    eviction.apply(eviction.marker(), "truncate")
     return work.outcome()
 
 
@@ -773,7 +825,7 @@ def _evict_everything(work: _Work) -> bool:
     if eviction is None:
         return False
     steps = len(work.steps)
-    eviction.apply(marker(eviction.condensed, eviction.previous), "truncate")
+    eviction.apply(eviction.marker(), "truncate")
     return len(work.steps) > steps
 
 
@@ -922,11 +974,13 @@ def _cut_to(work: _Work, index: int, size: int) -> Message:
     original, cap, attempts = work.messages[index], size, 1
     name = work.tool_name(index)
     names = _names(work, original)
-    cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name, names=names)
+    rid = work.recall_of([original])
+    count = work.counter.text
+    cut = trim(original, max_tokens=cap, count=count, tool_name=name, names=names, recall=rid)
     over = work.counter.message(cut) - size
     while over > 0 and cap > _MIN_CUT and attempts < _CUT_ATTEMPTS:
         cap, attempts = max(cap - over, _MIN_CUT), attempts + 1
-        cut = trim(original, max_tokens=cap, count=work.counter.text, tool_name=name, names=names)
+        cut = trim(original, max_tokens=cap, count=count, tool_name=name, names=names, recall=rid)
         over = work.counter.message(cut) - size
     return cut
 
@@ -1056,6 +1110,14 @@ class _Eviction:
         # Only notes of earlier compactions to evict: nothing new to gain, and replacing a note
         # with a note would change the prefix for nothing.
         return eviction if eviction.evicted else None
+
+    def recall(self) -> str | None:
+        """The recall id of the span (earlier notes in it included: each names its own)."""
+        return self.work.recall_of(self.messages[self.start : self.stop])
+
+    def marker(self) -> str:
+        """The truncation marker that stands for the span."""
+        return marker(self.condensed, self.previous, self.recall())
 
     def first(self, count: int) -> _Eviction | None:
         """This span shortened to its first `count` messages (earlier notes apart), or None

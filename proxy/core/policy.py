@@ -75,6 +75,16 @@ class ContextPolicy:
     max_context_turns: Count = 0
     """Only this many recent user turns are kept whole (0: off)."""
     pin_first_user: bool = True
+    recall: bool = True
+    """Let the model recall what compaction removed: placeholders and notes name an id, and
+    a request that offers tools also offers `context_recall`, which the proxy answers from its
+    archive (`proxy.core.recall`)."""
+    recall_max_rounds: Count = 2
+    """How many times one request may be answered with recalled content before the model
+    must answer (0: the tool is offered, but its calls are removed from the answer)."""
+    recall_max_share: Share = 0.25
+    """The most of the usable input one recalled result may take; a larger one is cut to its
+    head and tail."""
 
     def check(self) -> None:
         """Raise ValueError if the fields contradict each other (each is valid alone)."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from proxy.core.digests import digest
 from proxy.core.messages import Message, has_function_call, role, text, tool_calls
+from proxy.core.recall import reference
 from proxy.core.responses import responses_body
 
 SUMMARY_PREFIX = "[Earlier turns of this conversation were condensed"
@@ -84,9 +85,12 @@ def is_summary(message: Message) -> bool:
     return text(message).startswith(SUMMARY_PREFIX)
 
 
-def marker(omitted: int, previous_note: str | None = None) -> str:
-    """The truncation marker; an earlier summary, if any, is kept after it."""
+def marker(omitted: int, previous_note: str | None = None, recall: str | None = None) -> str:
+    """The truncation marker; an earlier summary, if any, is kept after it. With a `recall`
+    id, the marker says how to get the omitted messages back (`proxy.core.recall`)."""
     note = f"[{omitted} earlier messages omitted]"
+    if recall:
+        note += f" {reference(recall)} returns them word for word."
     summary = _summary_part(previous_note)
     return f"{note}\n\n{summary}" if summary else note
 
@@ -452,13 +456,21 @@ TOOLS_REMINDER = "Tools you can call in this conversation: "
 """How a summary's last line, naming the tools the conversation offers, starts."""
 
 
-def summary_text(summary: str, *, condensed: int, tools: Sequence[str]) -> str:
-    """The content of the message that replaces `condensed` messages with `summary`."""
+def summary_text(
+    summary: str, *, condensed: int, tools: Sequence[str], recall: str | None = None
+) -> str:
+    """The content of the message that replaces `condensed` messages with `summary`. With a
+    `recall` id, it says how to get those messages back (`proxy.core.recall`)."""
     reminder = f"\n\n{TOOLS_REMINDER}{', '.join(tools)}." if tools else ""
+    missing = "ask the user if something you need is missing"
+    if recall:
+        missing = (
+            f"if something you need is missing, {reference(recall)} returns them word for word"
+        )
     return (
         f"{SUMMARY_PREFIX}: {condensed} messages were replaced by this summary to keep the "
-        "conversation inside the model's context window. Continue from it; ask the user "
-        f"if something you need is missing.]\n\n{summary.strip() or '- none'}{reminder}"
+        f"conversation inside the model's context window. Continue from it; {missing}.]"
+        f"\n\n{summary.strip() or '- none'}{reminder}"
     )
 
 

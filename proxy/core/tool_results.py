@@ -21,6 +21,7 @@ from typing import Any
 
 from proxy.core.ledger import FactKind, specifics_at
 from proxy.core.messages import Message, role, text
+from proxy.core.recall import reference
 
 CountText = Callable[[str], int]
 
@@ -77,26 +78,48 @@ def is_trimmed(message: Message) -> bool:
 
 
 def clear(
-    message: Message, tool_name: str | None, tokens: int, names: Sequence[str] | None = None
+    message: Message,
+    tool_name: str | None,
+    tokens: int,
+    names: Sequence[str] | None = None,
+    recall: str | None = None,
 ) -> Message:
     """The result replaced by a one-line placeholder naming the tool, the size cleared and
     the first few identifiers the result mentioned (verbatim): `names`, when the caller
-    knows them already (`kept_names` of the result, found once: `proxy.core.mentions`)."""
+    knows them already (`kept_names` of the result, found once: `proxy.core.mentions`).
+    With a `recall` id, the placeholder says how to get the result back instead of asking
+    for the tool to be called again (`proxy.core.recall`)."""
     name = tool_name or message.get("name") or "tool"
     if names is None:
         names = kept_names(text(message))
-    note = (
-        f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here{_mentioned(names)}; "
-        "call it again if needed]"
-    )
+    ending = f"{reference(recall)} returns it" if recall else "call it again if needed"
+    note = f"{CLEARED_PREFIX}: {name} returned {tokens} tokens here{_mentioned(names)}; {ending}]"
     return {**message, "content": note}
+
+
+_PLACEHOLDER_END = re.compile(
+    r'; (?:call it again if needed|context_recall\(id="[^"]*"\) returns it)\]$'
+)
 
 
 def names_kept(cleared: Message) -> str:
     """What the placeholder of a cleared result kept of it: the names it mentioned ("" if
     none). Its size and wording are no facts of the conversation."""
     _, _, names = text(cleared).partition(_MENTIONED)
-    return names.removesuffix("; call it again if needed]")
+    return _PLACEHOLDER_END.sub("", names)
+
+
+def recall_of(cut: Message) -> str | None:
+    """The recall id a result cut to head and tail names for its whole text, if any: a
+    cut result cleared later keeps it (the placeholder then stands for the original, not
+    for the cut)."""
+    found = _CUT_RECALL.search(text(cut))
+    return found[1] if found else None
+
+
+_CUT_RECALL = re.compile(
+    r'context_recall\(id="(rc_[a-z2-7]{10})"\) returns (?:the whole|every item)'
+)
 
 
 def kept_names(body: str) -> list[str]:
@@ -138,17 +161,19 @@ def trim(
     count: CountText,
     tool_name: str | None,
     names: Sequence[str] | None = None,
+    recall: str | None = None,
 ) -> Message:
     """The result (or, in an emergency, any text message) cut to about `max_tokens`: a JSON
     array to its first and last items, text to its head and tail, with a note saying what was
     cut, how to ask for less and which of the result's names the cut took away (`names`, when
-    the caller knows them already: `kept_names` of the result, as for `clear`)."""
+    the caller knows them already: `kept_names` of the result, as for `clear`). With a
+    `recall` id, the note also says how to get the whole text back (`proxy.core.recall`)."""
     body = text(message)
     names = kept_names(body) if names is None else names
     room = max(max_tokens - NOTE_ALLOWANCE, 1)
     items = _json_array(body)
     if items:
-        array = _Items(items, count)
+        array = _Items(items, count, recall)
         if array.fitting(range(len(items)), room)[0] == len(items):
             # Only the layout was too large (an indented array): every item is here, said once.
             return {**message, "content": array.line(range(len(items)))}
@@ -157,7 +182,7 @@ def trim(
             return {**message, "content": _listing(names, room, count, array.ends)}
     what = f"{tool_name} result" if tool_name else "tool result"
     what = what if is_tool_result(message) else "message"
-    middle = _Middle(body, count(body), count, what)
+    middle = _Middle(body, count(body), count, what, recall)
     return {**message, "content": _listing(names, room, count, middle.cut)}
 
 
@@ -216,8 +241,8 @@ class _Items:
     """The items of a JSON array, each encoded and counted once, only when a cut looks at it:
     a cut of a 100,000-item array looks at its first and last few."""
 
-    def __init__(self, items: list[Any], count: CountText) -> None:
-        self.items, self.count = items, count
+    def __init__(self, items: list[Any], count: CountText, recall: str | None = None) -> None:
+        self.items, self.count, self.recall = items, count, recall
         self.encoded: dict[int, str] = {}
 
     def text(self, index: int) -> str:
@@ -250,11 +275,14 @@ class _Items:
         shown = [*range(head), *range(total - tail, total)]
         line = self.line(shown)
         ends = f" (the first {head} and the last {tail})" if tail else ""
+        ask = "Ask"
+        if self.recall:
+            ask = f"{reference(self.recall)} returns every item; or ask"
 
         def noted(mentioned: str) -> str:
             return (
                 f"{line}\n[showing {len(shown)} of {total} items{ends}: the full result was too "
-                f"large for the context window{mentioned}. Ask for the rest with a narrower "
+                f"large for the context window{mentioned}. {ask} for the rest with a narrower "
                 "query (a filter, a page, a range) instead of assuming what the other items "
                 "contain.]"
             )
@@ -282,6 +310,7 @@ class _Middle:
     total: int
     count: CountText
     what: str
+    recall: str | None = None
 
     def cut(self, room: int) -> _Kept:
         body = self.body
@@ -293,6 +322,9 @@ class _Middle:
         head, tail = body[:head_chars], body[max(tail_start, head_chars) :]
         cut_tokens = max(self.total - self.count(head) - self.count(tail), 0)
         cut_chars = len(body) - len(head) - len(tail)
+        ask = "If the missing part matters, call"
+        if self.recall:
+            ask = f"{reference(self.recall)} returns the whole {self.what}; or call"
 
         def noted(mentioned: str) -> str:
             # The names only the middle held are listed inside the note: the model can still
@@ -300,9 +332,8 @@ class _Middle:
             return (
                 f"{head}\n\n[... {cut_tokens} tokens ({cut_chars} characters) cut from the "
                 f"middle of this {self.what}: it was too large for the context window"
-                f"{mentioned}. If the missing part matters, call the tool again with a narrower "
-                "query (a line range, a filter, a smaller page) rather than guessing what it "
-                f"said ...]\n\n{tail}"
+                f"{mentioned}. {ask} the tool again with a narrower query (a line range, a "
+                f"filter, a smaller page) rather than guessing what it said ...]\n\n{tail}"
             )
 
         return _Kept(head, tail, noted)
