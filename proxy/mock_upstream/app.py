@@ -23,6 +23,7 @@ from proxy.mock_upstream.cache import PromptCache, cached_tokens
 from proxy.mock_upstream.completions import Completion, Usage
 from proxy.mock_upstream.errors import Rejected
 from proxy.mock_upstream.meter import Meter, Piece
+from proxy.mock_upstream.recaller import Recaller
 from proxy.mock_upstream.responses import ResponsesApi
 from proxy.mock_upstream.script import JSON, Recorded, Reply
 from proxy.mock_upstream.strictness import check_alternation, check_tool_pairs
@@ -52,6 +53,11 @@ class MockUpstream:
     """Refuse two user or two assistant turns in a row, as strict chat templates do."""
     agent: AgentScript | None = None
     """Play an agent's model when nothing is queued (see `AgentScript`)."""
+    recaller: bool = False
+    """Play a model that uses `context_recall` (see recaller.py): asked for "the value of
+    KEY" (when nothing is queued), it answers from `KEY=value` in the request, else recalls
+    the ids it guesses best while the tool is offered (up to 3 rounds a turn), else says it
+    does not have the value. Other requests get the usual answer (`default`, agent, ...)."""
     summary_quality: SummaryQuality = "good"
     """How well the mock summarizes when the proxy asks it to."""
     summary_latency_s: float = 0.0
@@ -89,6 +95,10 @@ class MockUpstream:
     summary_usage: list[Usage] = field(default_factory=list, init=False, repr=False)
     """The usage billed for each answered summary request: its prompt and cached tokens
     come from the same prompt cache as every other request's."""
+    recalled_ids: list[str] = field(default_factory=list, init=False, repr=False)
+    """The ids the recaller asked for with `context_recall`, one per call, in order."""
+    recall_answers: list[str] = field(default_factory=list, init=False, repr=False)
+    """The recaller's answers to question turns, in order."""
     app: Starlette = field(init=False, repr=False)
 
     _replies: deque[Reply] = field(default_factory=deque, init=False, repr=False)
@@ -99,11 +109,14 @@ class MockUpstream:
     _counter: TokenCounter | None = field(default=None, init=False, repr=False)
     _loading: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
     _agent: Agent | None = field(default=None, init=False, repr=False)
+    _recaller: Recaller = field(init=False, repr=False)
     _responses: ResponsesApi = field(default_factory=ResponsesApi, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.agent is not None and self.default is not None:
             raise ValueError("give `agent` or `default`, not both: the agent answers everything")
+        # The recaller writes its record into the mock's own lists, read as the others are.
+        self._recaller = Recaller(self.recalled_ids, self.recall_answers)
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -128,6 +141,11 @@ class MockUpstream:
     @property
     def summary_calls(self) -> int:
         return len(self.summary_requests)
+
+    @property
+    def recall_calls(self) -> int:
+        """The `context_recall` calls the recaller made."""
+        return len(self.recalled_ids)
 
     async def _record(self, request: Request) -> Recorded:
         recorded = Recorded(
@@ -207,6 +225,10 @@ class MockUpstream:
     def _reply_for(self, body: Mapping[str, Any], summary: bool, meter: Meter) -> Reply:
         if self._replies:
             return self._replies.popleft()
+        if self.recaller and not summary:
+            recall = self._recaller.reply(body)
+            if recall is not None:
+                return recall
         if self.default is not None:
             return self.default
         if summary:

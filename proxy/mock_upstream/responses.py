@@ -12,10 +12,13 @@ the Responses API lives here and in the `responses_*` modules:
 - the prompt is metered from the items themselves (responses_meter.py), not from the
   proxy's chat translation, and must fit the window with `max_output_tokens`; an overflow is
   OpenAI's 400, or with `responses_overflow_in_stream` a stream that fails;
-- the answer is the queued reply, `default`, the summarizer's summary for the proxy's
-  summary request in the prefix form (`proxy.core.summary.responses_prefix_request`, read
-  from a chat view of the items as chat's is; counted in `summary_requests` and
-  `summary_usage`, not in `prompt_tokens`), or the agent's move read from that view; with
+- the answer is the queued reply, the recaller's move for a question turn (with `recaller`;
+  recaller.py), `default`, the summarizer's summary for the proxy's summary request in the
+  prefix form (`proxy.core.summary.responses_prefix_request`, read from a chat view of the
+  items as chat's is; counted in `summary_requests` and `summary_usage`, not in
+  `prompt_tokens`), or the agent's move read from that view (the recaller reads it too: a
+  round's `function_call` items are one assistant message there, each output a `tool`
+  message; the calls either makes become `function_call` items); with
   `responses_reasoning` and `include: ["reasoning.encrypted_content"]`, a reasoning item
   comes first (responses_output.py);
 - the response goes whole, or as the Responses event stream (responses_stream.py), paced
