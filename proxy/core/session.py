@@ -180,6 +180,8 @@ class SessionState:
     """Prompt tokens of every request the client sent, summed (calibrated estimates)."""
     tokens_forwarded: int = 0
     """Prompt tokens of what was forwarded for them, summed."""
+    recalls: int = 0
+    """`context_recall` calls the proxy answered for the session (`proxy.core.recall`)."""
     last_context: dict[str, Any] | None = None
     """The `ContextReport` of the last forwarded request, as JSON."""
 
@@ -207,13 +209,16 @@ class TurnPoint:
     """What was forwarded for it."""
     action: str
     """`none`, or the compaction strategy applied on this turn."""
+    recalls: int = 0
+    """`context_recall` calls the proxy answered for this turn's answer."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TurnPoint:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        # A point stored before a field existed has the field's default.
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,6 +211,13 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        self._recalls = Counter(
+            f"{PREFIX}recalls",
+            "context_recall calls the proxy answered, by outcome: found, unknown (no such id "
+            "in the conversation), expired, unavailable (the store was down), invalid (no id).",
+            ["outcome"],
+            registry=registry,
+        )
         self._store_errors = Counter(
             f"{PREFIX}store_errors",
             "Session store calls that failed or were skipped while its breaker was open "
@@ -314,6 +321,11 @@ class Metrics:
     def retry(self, *, succeeded: bool) -> None:
         """A request was retried after an overflow; `succeeded`: without a second error."""
         self._retries.labels("succeeded" if succeeded else "failed").inc()
+
+    @_never_raises
+    def recall(self, outcome: str) -> None:
+        """The proxy answered one `context_recall` call (`outcome`: see the counter)."""
+        self._recalls.labels(outcome).inc()
 
     @_never_raises
     def store_error(self) -> None:

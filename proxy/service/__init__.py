@@ -193,8 +193,10 @@ class ProxyService:
     def _answered(self, turn: Turn, answer: Answer) -> Reply:
         """The answer with its compaction headers; what the turn leaves behind (the archive,
         the timeline, the turn-end hooks) is done once it has been sent."""
-        outcome = answer.outcome
-        reply = self._then(answer.reply, lambda: self._after(turn, outcome))
+        outcome, tally = answer.outcome, answer.recalls
+        reply = self._then(
+            answer.reply, lambda: self._after(turn, outcome, tally.calls if tally else 0)
+        )
         return reply.with_headers(_compaction_headers(turn, outcome))
 
     async def _server_state(
@@ -206,12 +208,12 @@ class ProxyService:
         reply = await self._untouched(incoming, request, watch)
         return reply.with_headers([("x-compaction-applied", "server_state")])
 
-    async def _after(self, turn: Turn, outcome: Outcome) -> None:
+    async def _after(self, turn: Turn, outcome: Outcome, recalls: int = 0) -> None:
         await self._archive(turn)
         await self.memory.record_turn(
             turn.tenant,
             turn.session,
-            reports.turn_point(turn, outcome, outcome.sent),
+            reports.turn_point(turn, outcome, outcome.sent, recalls),
             reports.context_numbers(turn, outcome).to_json(),
             self._shapes.changed(turn),
         )

@@ -30,6 +30,7 @@ from proxy.core.request import ChatRequest
 from proxy.errors import ProxyError
 from proxy.observability.metrics import Metrics
 from proxy.service.outcome import Outcome
+from proxy.service.recalls import Tally
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
@@ -91,6 +92,8 @@ class Stopwatch:
         """Time spent waiting on the upstream for this request's answer (every attempt)."""
         self.ready_s: float | None = None
         """Time from the start until the answer's headers were ready."""
+        self.recalls: Tally | None = None
+        """What the recall rounds did, when the request offered `context_recall`."""
 
     async def headers(self, send: Awaitable[_T]) -> _T:
         """`await send`: one attempt's wait for the upstream's response headers."""
@@ -111,10 +114,15 @@ class Stopwatch:
         finally:
             self.upstream_s += time.perf_counter() - started
 
+    @property
+    def waited_s(self) -> float:
+        """The time spent waiting on the upstream: every attempt and every recall round."""
+        return self.upstream_s + (self.recalls.upstream_s if self.recalls else 0.0)
+
     def relay(self, reply: Reply, access: Access) -> Reply:
         """`reply`, reported now and logged once it has been sent (a stream: at its end)."""
         self.ready_s = time.perf_counter() - self._started
-        self._metrics.overhead(self.ready_s - self.upstream_s)
+        self._metrics.overhead(self.ready_s - self.waited_s)
         if access.turn is not None and access.outcome is not None:
             self._metrics.pressure(access.turn.budget.pressure(access.outcome.tokens_after))
         if isinstance(reply.body, bytes):
@@ -159,9 +167,15 @@ class Stopwatch:
         """The log line's fields (all of them, null when unknown)."""
         fields = access.fields(status)
         fields["latency_ms"] = _ms(time.perf_counter() - self._started)
-        fields["upstream_ms"] = _ms(self.upstream_s)
+        fields["upstream_ms"] = _ms(self.waited_s)
         ready = self.ready_s
-        fields["overhead_ms"] = None if ready is None else _ms(ready - self.upstream_s)
+        fields["overhead_ms"] = None if ready is None else _ms(ready - self.waited_s)
+        recalls = self.recalls
+        if recalls is not None and recalls.calls:
+            # The rounds' upstream time is in `upstream_ms` too; this says how much they added.
+            fields["recalls"] = recalls.calls
+            fields["recall_rounds"] = recalls.rounds
+            fields["recall_ms"] = _ms(recalls.upstream_s)
         if self._log_content and access.request is not None:
             fields["content"] = last_user_text(access.request.messages)
         return fields

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
-from proxy.core import jsoncodec
+from proxy.core import jsoncodec, recall
 from proxy.core.budget import output_reserve
 from proxy.core.calibration import updated_calibration
 from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
@@ -41,6 +41,7 @@ from proxy.service.access import Stopwatch
 from proxy.service.compactor import Compactor
 from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome
+from proxy.service.recalls import Opened, Recaller, Tally
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
@@ -56,6 +57,9 @@ class Answer:
 
     reply: Reply
     outcome: Outcome
+    recalls: Tally | None = None
+    """What the recall rounds did (None: the request offered no recall); a stream's is
+    complete once it has been relayed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,8 @@ class _Sent:
     """Bytes of a stream already read (its first event) and not yet relayed."""
     error: bytes | None = None
     """The body (or first event) of an error, already read."""
+    body: dict[str, Any] | None = None
+    """The body sent, when it offers `context_recall` (the rounds that answer it extend it)."""
 
 
 class ChatForwarder:
@@ -92,6 +98,7 @@ class ChatForwarder:
         self._metrics = metrics
         # Usage is recorded in the background: the answer need not wait for the store.
         self._spawn = spawn
+        self._recaller = Recaller(memory=memory, metrics=metrics)
 
     async def forward(self, turn: Turn, outcome: Outcome, watch: Stopwatch) -> Answer:
         """Forward what `outcome` says; after an overflow compaction can fix, compact hard
@@ -99,7 +106,7 @@ class ChatForwarder:
         sent = await self._send(turn, outcome, watch)
         verdict = self._verdict(turn, sent)
         if verdict is None:
-            return Answer(await self._success(turn, outcome, sent, watch), outcome)
+            return await self._answer(turn, outcome, sent, watch)
         if not verdict.overflow:
             return Answer(self._error(sent, []), outcome)
         retry = await self._after_overflow(turn, outcome, verdict, sent.estimate)
@@ -110,7 +117,7 @@ class ChatForwarder:
         second = self._verdict(turn, again)
         self._metrics.retry(succeeded=second is None)
         if second is None:
-            return Answer(await self._success(turn, retry, again, watch), retry)
+            return await self._answer(turn, retry, again, watch)
         # Refused twice: the client's own retry would meet the same refusal.
         return Answer(self._error(again, _NO_RETRY if second.overflow else []), retry)
 
@@ -128,21 +135,29 @@ class ChatForwarder:
             usage_added = with_usage_requested(request.body)[1]
         # Unchanged: the client's own bytes. Changed: one deterministic serialization, so a
         # frozen prefix is the same bytes on every request (the provider caches by prefix).
-        if messages == request.messages and not usage_added:
+        offered = turn.offers_recall(messages)
+        body: dict[str, Any] | None = None
+        if messages == request.messages and not usage_added and not offered:
             payload = request.raw
         else:
             body = wire_body(request, messages)
-            payload = _dumps(with_usage_requested(body)[0] if usage_added else body)
+            body = with_usage_requested(body)[0] if usage_added else body
+            body = recall.with_tool(body, responses=turn.responses) if offered else body
+            payload = _dumps(body)
+        response = await self._post(turn, payload, watch)
+        head, error = await watch.body(_opening(response, request))
+        estimate = _estimate(turn, outcome)
+        return _Sent(response, estimate, usage_added, head, error, body if offered else None)
+
+    async def _post(self, turn: Turn, payload: bytes, watch: Stopwatch) -> UpstreamResponse:
+        return await watch.headers(self._upstream.send(self._request(turn, payload)))
+
+    def _request(self, turn: Turn, payload: bytes) -> UpstreamRequest:
         headers = upstream_request_headers(
             turn.incoming.headers, api_key=self._api_key, identity_encoding=True
         )
-        response = await watch.headers(
-            self._upstream.send(
-                UpstreamRequest("POST", turn.incoming.path, turn.incoming.query, headers, payload)
-            )
-        )
-        head, error = await watch.body(_opening(response, request))
-        return _Sent(response, _estimate(turn, outcome), usage_added, head, error)
+        incoming = turn.incoming
+        return UpstreamRequest("POST", incoming.path, incoming.query, headers, payload)
 
     def _verdict(self, turn: Turn, sent: _Sent) -> Verdict | None:
         """None for a success; else what kind of error it is (an overflow is counted)."""
@@ -168,10 +183,11 @@ class ChatForwarder:
             return None
         situation = Situation(
             outcome.messages,
-            turn.request.body,
+            turn.tools_body(),
             turn.policy,
             turn.budget,
             notes=known_notes(outcome.checkpoint),
+            recall=turn.recall_scope,
         )
         result = await turn.planned(
             outcome.messages,
@@ -215,6 +231,41 @@ class ChatForwarder:
         )
         return Reply(sent.response.status, [*headers, *extra], sent.error or b"")
 
+    async def _answer(self, turn: Turn, outcome: Outcome, sent: _Sent, watch: Stopwatch) -> Answer:
+        """The reply to a request the upstream accepted: with recall rounds when it offered
+        `context_recall`."""
+        if sent.body is None:
+            return Answer(await self._success(turn, outcome, sent, watch), outcome)
+        body = sent.body
+
+        async def send(next_body: dict[str, Any]) -> UpstreamResponse:
+            # Timed by the rounds themselves (`Tally.upstream_s`), body included.
+            return await self._upstream.send(self._request(turn, _dumps(next_body)))
+
+        run = self._recaller.run(turn, outcome, send, sent.estimate)
+        watch.recalls = run.tally
+        headers = client_response_headers(sent.response.headers)
+        if turn.request.stream:
+
+            def record(usage: Mapping[str, Any] | None) -> None:
+                self._spawn(self._record_usage(turn, outcome, sent.estimate, usage))
+
+            relay = run.streamed(
+                body,
+                Opened(sent.response, sent.head),
+                usage_wanted=not sent.usage_added,
+                record=record,
+            )
+            reply = Reply(sent.response.status, headers, relay, sent.response.close)
+            return Answer(reply, outcome, run.tally)
+        try:
+            raw = await watch.body(sent.response.read())
+        finally:
+            sent.response.close()
+        raw, usage = await run.answered(body, raw)
+        self._spawn(self._record_usage(turn, outcome, sent.estimate, usage))
+        return Answer(Reply(sent.response.status, headers, raw), outcome, run.tally)
+
     async def _success(self, turn: Turn, outcome: Outcome, sent: _Sent, watch: Stopwatch) -> Reply:
         headers = client_response_headers(sent.response.headers)
         if not turn.request.stream:
@@ -242,7 +293,7 @@ class ChatForwarder:
         self._spawn(self._record_usage(turn, outcome, sent.estimate, tap.usage))
 
     async def _record_usage(
-        self, turn: Turn, outcome: Outcome, estimate: int, usage: dict[str, Any] | None
+        self, turn: Turn, outcome: Outcome, estimate: int, usage: Mapping[str, Any] | None
     ) -> None:
         if usage is None:
             return
@@ -255,7 +306,7 @@ class ChatForwarder:
             if factor is not None and (current is None or abs(factor - current) > 0.002):
                 await self._memory.set_calibration(turn.tenant, turn.model, factor)
         pressure = turn.budget.pressure(outcome.tokens_after)
-        await self._memory.record_usage(turn.tenant, turn.session, usage, pressure)
+        await self._memory.record_usage(turn.tenant, turn.session, dict(usage), pressure)
 
 
 async def _opening(response: UpstreamResponse, request: ChatRequest) -> tuple[bytes, bytes | None]:

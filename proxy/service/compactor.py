@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
-from proxy.core.messages import tool_calls
+from proxy.core.messages import Message, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.policy import Strategy
 from proxy.core.prepared import covered, note_key
@@ -158,12 +158,13 @@ class Compactor:
         policy = turn.policy.replace(**{k: v for k, v in changes.items() if v is not None})
         situation = Situation(
             outcome.messages,
-            turn.request.body,
+            turn.tools_body(),
             policy,
             turn.budget,
             turns_since_compaction=turn.state.turns_since_compaction,
             force=action.force,
             notes=known_notes(outcome.checkpoint),
+            recall=turn.recall_scope,
         )
         plan = await turn.planned(situation.messages, lambda c, m: plan_compaction(situation, c, m))
         # Whether compaction had its chance: after it, a request still over the provider's
@@ -275,6 +276,19 @@ class Compactor:
                 return found
         return None
 
+    async def _keep_recalls(self, turn: Turn, result: Compacted) -> None:
+        """Store what the compaction's recall ids stand for, by content hash: the client's
+        messages are archived after the answer (their bodies travel then); only the proxy's
+        own (an earlier cut or note in a span) travel now."""
+        sent = {turn.digests.of(m).hex() for m in turn.request.messages}
+        refs: dict[str, list[str]] = {}
+        bodies: dict[str, Message] = {}
+        for rid, messages in result.recalls.items():
+            hashes = [turn.digests.of(m).hex() for m in messages]
+            refs[rid] = hashes
+            bodies.update((h, m) for h, m in zip(hashes, messages, strict=True) if h not in sent)
+        await self._memory.put_recalls(turn.tenant, turn.session, refs, bodies)
+
     async def freeze(
         self,
         turn: Turn,
@@ -292,6 +306,9 @@ class Compactor:
         """
         if not result.steps:
             return Frozen(outcome, stored=False)
+        if result.recalls:
+            await self._keep_recalls(turn, result)
+            outcome = replace(outcome, recalls={**outcome.recalls, **result.recalls})
         made = new_checkpoint(
             turn.head,
             turn.body,

@@ -58,6 +58,7 @@ def summary(ref: SessionRef, state: SessionState) -> dict[str, Any]:
         "tokens_sent": state.tokens_sent,
         "tokens_forwarded": state.tokens_forwarded,
         "tokens_saved": state.tokens_saved,
+        "recalls": state.recalls,
         "last_seen": state.last_seen,
     }
 

@@ -10,7 +10,8 @@ request path reads as the sequence of values it goes through.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TypeGuard
 
 from proxy.core.messages import Message
@@ -41,6 +42,9 @@ class Outcome:
     """Whether the plan ran (not waiting under the trigger, off, or malformed)."""
     summary_wait_s: float = 0.0
     """How long the compaction waited for the summarizer (only an explicit one does)."""
+    recalls: Mapping[str, tuple[Message, ...]] = field(default_factory=dict)
+    """What the recall ids this turn's compaction named stand for: a recall in this very
+    request is answered from here, before the store has them (`proxy.service.recalls`)."""
 
     @property
     def forwarded(self) -> list[Message]:

@@ -197,7 +197,13 @@ class Preparer:
         # The plan a compaction would make now, forced: its span is what the compaction at
         # the trigger will summarize, up to the messages added by then.
         situation = Situation(
-            messages, turn.request.body, turn.policy, turn.budget, force=True, notes=notes
+            messages,
+            turn.tools_body(),
+            turn.policy,
+            turn.budget,
+            force=True,
+            notes=notes,
+            recall=turn.recall_scope,
         )
         need = await turn.planned(messages, lambda c, m: plan_compaction(situation, c, m))
         if not isinstance(need, NeedsSummary):

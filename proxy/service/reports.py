@@ -25,9 +25,10 @@ from proxy.service.turns import Turn
 MAX_SHAPES = 10_000
 
 
-def turn_point(turn: Turn, outcome: Outcome, sent: int) -> TurnPoint:
+def turn_point(turn: Turn, outcome: Outcome, sent: int, recalls: int = 0) -> TurnPoint:
     """The turn on the session's timeline, in calibrated (provider) tokens; `sent` is our
-    raw count of the client's request (see `SentTokens`)."""
+    raw count of the client's request (see `SentTokens`); `recalls`, the `context_recall`
+    calls the proxy answered for it."""
     budget = turn.budget
     return TurnPoint(
         turn=turn.state.turns,
@@ -36,6 +37,7 @@ def turn_point(turn: Turn, outcome: Outcome, sent: int) -> TurnPoint:
         tokens_before=budget.estimate(sent),
         tokens_after=budget.estimate(outcome.tokens_after),
         action=outcome.strategy or "none",
+        recalls=recalls,
     )
 
 

@@ -12,10 +12,11 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
+from proxy.core import recall
 from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
 from proxy.core.headers import Headers
@@ -23,7 +24,7 @@ from proxy.core.keys import ClientKeys, presented_key
 from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy, ModelPolicies
-from proxy.core.request import ChatRequest
+from proxy.core.request import Api, ChatRequest
 from proxy.core.room import fixed_share
 from proxy.core.session import (
     Checkpoint,
@@ -90,15 +91,46 @@ class Turn:
         return view(self.head, self.body, checkpoint)
 
     def tokens(self, messages: list[Message]) -> int:
-        """Our raw (uncalibrated) count of a request carrying `messages`."""
-        return self.counter.messages(messages) + self.counter.tools(self.request.body)
+        """Our raw (uncalibrated) count of a request carrying `messages` (and the recall
+        tool, when they name what it recalls)."""
+        return self.counter.messages(messages) + self.counter.tools(self.tools_body(messages))
+
+    @property
+    def recall_scope(self) -> str | None:
+        """The conversation's scope for recall ids (`proxy.core.recall`), when the model may
+        recall what a compaction removes: recall is on for the model, the session is known
+        (the ids are resolved per session) and the request lets the model call a tool."""
+        if not self.policy.recall or self.session is None:
+            return None
+        if not recall.may_offer(self.request.body):
+            return None
+        return f"{self.tenant}\0{self.session}"
+
+    def offers_recall(self, messages: Sequence[Message]) -> bool:
+        """Whether a request carrying `messages` offers `context_recall`: they name an id,
+        and the request may offer it."""
+        return self.recall_scope is not None and recall.named(messages)
+
+    def tools_body(self, messages: Sequence[Message] | None = None) -> dict[str, Any]:
+        """The request body as its tools are forwarded with `messages` (None: with whatever
+        a compaction is about to write, which may name recall ids)."""
+        body = self.request.body
+        offered = (
+            self.recall_scope is not None if messages is None else self.offers_recall(messages)
+        )
+        return recall.with_tool(body, responses=self.responses) if offered else body
+
+    @property
+    def responses(self) -> bool:
+        return self.request.api is Api.RESPONSES
 
     @property
     def fixed(self) -> float:
         """The share of the usable input the instructions and tools take: the trigger and
         the preparation level apply to the room they leave (`proxy.core.room`), as the
         plan's target does."""
-        return fixed_share(self.budget, self.tokens(self.head))
+        head = self.counter.messages(self.head) + self.counter.tools(self.tools_body())
+        return fixed_share(self.budget, head)
 
     async def planned(
         self, messages: Sequence[Message], plan: Callable[[TokenCounter, Mentions], _T]

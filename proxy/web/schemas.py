@@ -35,6 +35,11 @@ class Session(_Shape):
     tokens_sent: int = Field(description="Prompt tokens the client sent, summed over turns.")
     tokens_forwarded: int = Field(description="Prompt tokens forwarded for them, summed.")
     tokens_saved: int = Field(description="tokens_sent - tokens_forwarded.")
+    recalls: int = Field(
+        default=0,
+        description="context_recall calls the proxy answered in the session (calls its "
+        "client never saw).",
+    )
     last_seen: float | None = Field(description="Unix time of the last request.")
 
 

@@ -19,6 +19,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
+from proxy.core.recall import TOOL
 from proxy.mock_upstream import MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
@@ -101,10 +102,16 @@ async def test_forty_calls_with_no_error_the_pairs_and_reasoning_intact_and_the_
     assert len(json.dumps(run.items)) > 3 * len(json.dumps(last["input"]))
     assert any(applied != "none" for applied in run.applied)
     assert provider.summary_calls >= 1
-    # The fixed head went as it came: instructions, tools and the request's other fields.
+    # The fixed head went as it came: instructions, tools and the request's other fields
+    # (once something was removed, the proxy's `context_recall` after the client's tools).
     for body in bodies:
         assert body["instructions"] == INSTRUCTIONS
-        assert (body["tools"], body["include"], body["store"]) == (TOOLS, INCLUDE, False)
+        assert (body["tools"][: len(TOOLS)], body["include"], body["store"]) == (
+            TOOLS,
+            INCLUDE,
+            False,
+        )
+        assert [tool["name"] for tool in body["tools"][len(TOOLS) :]] in ([], [TOOL])
     # Every reasoning item forwarded is the client's own, byte for byte, and the recent
     # ones are kept.
     sent_reasoning = reasoning_items(run.items)

@@ -279,7 +279,9 @@ async def test_openapi_documents_the_core_records_it_returns(api: httpx.AsyncCli
     detail = schemas["SessionDetail"]["properties"]
     assert detail["timeline"]["items"] == {"$ref": "#/components/schemas/TurnPoint"}
     turn_point = schemas["TurnPoint"]["properties"]
-    assert set(turn_point) == {"turn", "at", "pressure", "tokens_before", "tokens_after", "action"}
+    assert set(turn_point) == {
+        *("turn", "at", "pressure", "tokens_before", "tokens_after", "action", "recalls")
+    }
     assert turn_point["tokens_before"]["type"] == "integer"
     assert "calibrated" in turn_point["tokens_before"]["description"]
     record = schemas["CompactionRecord"]["properties"]
