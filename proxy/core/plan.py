@@ -251,6 +251,9 @@ class SummaryTask:
     """The conversation as it was forwarded through the span's end (`NeedsSummary.prefix`),
     for a summary request the provider's cache serves; None when it is not known. A task
     `after` a summary of the span's start keeps it: the span still ends there."""
+    recall: str | None = None
+    """The recall id the truncation marker this summary will replace names: the summary
+    names it too, so what it condenses stays one recall away."""
 
     def after(self, count: int, previous: str) -> SummaryTask:
         """The task left when a summary (`previous`) covers the first `count` messages."""
@@ -265,7 +268,9 @@ class SummaryTask:
 
     def note(self, summary: str) -> str:
         """`summary` as the note that stands for the span (what a later compaction folds)."""
-        return summary_text(summary, condensed=len(self.span), tools=self.tools)
+        return summary_text(
+            summary, condensed=len(self.span), tools=self.tools, recall=self.recall
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +485,8 @@ class _Work:
     dropped: list[Message] = field(default_factory=list)
     """What truncations removed, oldest first, and the note before the first of them."""
     dropped_after: str | None = None
+    dropped_recall: str | None = None
+    """The recall id the newest truncation marker names (what `dropped`'s summary replaces)."""
     notes: set[str] = field(init=False)
     """The digests of the proxy's notes: the situation's, and every block written since."""
     recalls: dict[str, tuple[Message, ...]] = field(default_factory=dict)
@@ -650,6 +657,7 @@ class _Work:
                 _model(body),
                 self.allowances.summary,
                 tuple(offered_tools(body)),
+                recall=self.dropped_recall,
             )
         return Compacted(
             self.messages,
@@ -1112,8 +1120,15 @@ class _Eviction:
         return eviction if eviction.evicted else None
 
     def recall(self) -> str | None:
-        """The recall id of the span (earlier notes in it included: each names its own)."""
-        return self.work.recall_of(self.messages[self.start : self.stop])
+        """The recall id of the span, with the earlier note it folds in: each note names the
+        id of what it stood for, so a recall leads back through every compaction. A note
+        that stood alone in the span is in it; one merged into a user message was taken out
+        of the conversation (`_detached`) and goes first, as the note it was."""
+        span = self.messages[self.start : self.stop]
+        work = self.work
+        if self.previous is not None and not any(work.note_of(m) is not None for m in span):
+            span = [{"role": "note", "content": self.previous}, *span]
+        return work.recall_of(span)
 
     def marker(self) -> str:
         """The truncation marker that stands for the span."""
@@ -1195,6 +1210,8 @@ class _Eviction:
                 if not work.dropped:
                     work.dropped_after = self.previous
                 work.dropped += self.evicted
+                named = recall.ids_in(note)
+                work.dropped_recall = named[0] if named else None
 
 
 def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens: int) -> int:

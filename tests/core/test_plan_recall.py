@@ -322,3 +322,37 @@ def test_what_an_id_stands_for_leads_to_the_clients_own_messages(case: Case, how
         return
     assert all(isinstance(found, tuple) for found in result.recalls.values())
     assert _leads_to_originals(result, list(case.messages))
+
+
+@pytest.mark.parametrize("how", ["good", "useless", "fails"])
+def test_a_later_compaction_leads_back_through_the_earlier_ones(how: str) -> None:
+    """The second compaction folds the first one's note: the id it names for its span leads
+    to that note (standalone in the span, or taken out of the message it was merged into),
+    whose own id leads to what the first compaction removed."""
+    whole = coding_agent(20)
+    first = compacted(recalling(agent_situation(whole[:62], budget_8k())), how)
+    assert isinstance(first, Compacted)
+    earlier = set(named_ids(first.messages))
+    assert earlier
+    grown = [*first.messages, *whole[62:]]
+    asked = replace(recalling(agent_situation(grown, budget_8k())), notes=first.notes)
+    second = compacted(asked, how)
+    assert isinstance(second, Compacted)
+    reachable = set(named_ids(second.messages))
+    for found in second.recalls.values():
+        reachable.update(named_ids(list(found)))
+    assert earlier <= reachable
+
+
+def test_the_summary_written_later_of_a_truncation_names_the_markers_id() -> None:
+    """A truncation's dropped span is summarized afterwards and folded into the next
+    compaction in the marker's place: it names the marker's id, so the chain of recalls
+    through the compactions is not cut there."""
+    messages = coding_agent(12)
+    result = compacted(recalling(agent_situation(messages, budget_8k())), "fails")
+    assert isinstance(result, Compacted)
+    assert result.dropped is not None
+    marker_id = ids_in(the_note(result))[0]
+    assert result.dropped.recall == marker_id
+    assert reference(marker_id) in result.dropped.note("- the summary")
+    assert marker_id in result.recalls
