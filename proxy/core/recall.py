@@ -39,22 +39,15 @@ _ID_CHARS = 10
 _ID = re.compile(r'context_recall\(id="(rc_[a-z2-7]{10})"\)')
 _BARE_ID = re.compile(r"rc_[a-z2-7]{10}")
 _DESCRIPTION = (
-    "Returns, word for word, earlier conversation content that was shortened to keep the "
-    "conversation inside the context window: a tool result or earlier turns replaced by a "
-    'note that names an id, as in context_recall(id="rc_..."). Call it when you need what '
-    "was removed instead of guessing or running a tool again. A note that replaced earlier "
-    "turns returns all of them, older notes' turns included: give a query to get only the "
-    "parts that mention it."
+    "Returns, word for word, what a note replaced to save context (a tool result, or earlier "
+    "turns with the turns older notes replaced). Pass the id the note names. With a query, "
+    "only the lines that mention it are returned."
 )
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "id": {"type": "string", "description": "The id the note names, such as rc_ab2cd3ef4g."},
-        "query": {
-            "type": "string",
-            "description": "Optional: words to look for (a name, a key, an error); only the "
-            "lines that mention them are returned, with their neighbours.",
-        },
+        "id": {"type": "string", "description": "The id a note names (rc_...)."},
+        "query": {"type": "string", "description": "Optional words to look for."},
     },
     "required": ["id"],
     "additionalProperties": False,
