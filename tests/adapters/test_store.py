@@ -2,25 +2,20 @@
 
 Every `backend` test runs three times: on `MemoryStore`, on a `RedisStore` talking to a
 private redis-server on a unix socket, and on a `RedisStore` in cluster mode talking to a
-private one-node Redis Cluster (which, like any cluster, refuses multi-key operations
-across hash slots, so the key schema's hash tags are checked for real). The machine's own
-Redis is never used.
+private one-node Redis Cluster (tests/adapters/backends.py). The machine's own Redis is never
+used.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
-import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 import redis
 import redis.asyncio as aioredis
 
@@ -42,180 +37,30 @@ from proxy.core.session import (
     content_hash,
 )
 from proxy.settings import RedisMode, RedisSettings
+
+# The six `*_fixture`s are pytest's to find here (see tests/adapters/backends.py).
+from tests.adapters.backends import (
+    TTL_S,
+    A,
+    B,
+    Backend,
+    Clock,
+    answers,
+    backend_fixture,  # noqa: F401
+    cluster_node_fixture,  # noqa: F401
+    cluster_port_fixture,  # noqa: F401
+    kind_fixture,  # noqa: F401
+    redis_pair_fixture,  # noqa: F401
+    redis_socket_fixture,  # noqa: F401
+    start_redis_server,
+    stop_server,
+    wait_until,
+)
 from tests.builders import assistant, user
 from tests.servers import free_port
 
 # The Redis clients are shared by the module's tests, so they share its event loop.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-TTL_S = 1000.0
-A = "tenant-a"
-B = "tenant-b"
-
-# -- private servers -------------------------------------------------------------------------
-
-
-def _redis_server(folder: Path, *args: str) -> subprocess.Popen[bytes]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (.ci/run installs Debian's redis-server)")
-    command = [binary, *args, "--save", "", "--appendonly", "no", "--dir", str(folder)]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
-
-
-def _wait_until(ready: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start")
-        time.sleep(0.01)
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
-
-
-def _cluster_ok(client: redis.Redis) -> bool:
-    info: dict[str, str] = client.cluster("INFO")
-    return info["cluster_state"] == "ok"
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    process.wait(10)
-
-
-@pytest.fixture(scope="module")
-def redis_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private redis-server on a unix socket."""
-    folder = tmp_path_factory.mktemp("redis")
-    path = folder / "redis.sock"
-    process = _redis_server(folder, "--port", "0", "--unixsocket", str(path))
-    try:
-        _wait_until(path.exists, "redis-server")
-        yield path
-    finally:
-        _stop(process)
-
-
-@dataclass
-class _Node:
-    port: int
-    client: redis.Redis
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Node | None]:
-    """A private one-node Redis Cluster on loopback, owning all 16384 slots.
-
-    Started with the module, not when first needed: a new cluster node accepts writes only
-    two seconds after it starts, and the embedded and single-server tests run meanwhile.
-    """
-    if shutil.which("redis-server") is None:
-        yield None
-        return
-    folder = tmp_path_factory.mktemp("cluster")
-    port, bus = free_port(), free_port()
-    args = ["--bind", "127.0.0.1", "--port", str(port), "--cluster-enabled", "yes"]
-    args += ["--cluster-port", str(bus), "--cluster-config-file", str(folder / "nodes.conf")]
-    process = _redis_server(folder, *args)
-    client = redis.Redis(port=port, decode_responses=True)
-    try:
-        _wait_until(lambda: _answers(client), "redis-server (cluster)")
-        client.cluster("ADDSLOTSRANGE", 0, 16383)
-        yield _Node(port, client)
-    finally:
-        client.close()
-        _stop(process)
-
-
-@pytest.fixture(scope="module")
-def cluster_port(_cluster_node: _Node | None) -> int:
-    if _cluster_node is None:
-        pytest.skip("redis-server is not installed (.ci/run installs Debian's redis-server)")
-    _wait_until(lambda: _cluster_ok(_cluster_node.client), "cluster")
-    return _cluster_node.port
-
-
-# -- backends --------------------------------------------------------------------------------
-
-
-class Clock:
-    """A clock the test moves by hand, for the embedded store's expiry."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class Backend:
-    """A store under test, with the means to look inside it."""
-
-    store: Store
-    clock: Clock
-    raw: aioredis.Redis | None
-    """A plain client on the same server (a one-node cluster serves every slot)."""
-
-    async def wait(self, seconds: float) -> None:
-        """Let `seconds` pass: the fake clock for the embedded store, real time for Redis."""
-        if self.raw is None:
-            self.clock.now += seconds
-        else:
-            await asyncio.sleep(seconds)
-
-    async def messages_stored(self, tenant: str) -> int:
-        if isinstance(self.store, MemoryStore):
-            return sum(1 for (owner, _), _text in self.store._messages.live() if owner == tenant)
-        assert self.raw is not None
-        return len([key async for key in self.raw.scan_iter(match=f"cp:{{t:{tenant}}}:msg:*")])
-
-
-@pytest.fixture(scope="module", params=["memory", "redis", "cluster"])
-def kind(request: pytest.FixtureRequest) -> str:
-    # Module scope makes pytest run each kind's tests together, the cluster's last.
-    return str(request.param)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def redis_pair(
-    kind: str, request: pytest.FixtureRequest
-) -> AsyncIterator[tuple[RedisStore, aioredis.Redis] | None]:
-    """One store per server for the module (a cluster client's start-up costs 80 ms)."""
-    if kind == "memory":
-        yield None
-        return
-    if kind == "redis":
-        path: Path = request.getfixturevalue("redis_socket")
-        settings = RedisSettings(url=f"unix://{path}", session_ttl_s=TTL_S)
-        raw = aioredis.Redis(unix_socket_path=str(path), decode_responses=True)
-    else:
-        port: int = request.getfixturevalue("cluster_port")
-        url = f"redis://127.0.0.1:{port}"
-        settings = RedisSettings(url=url, mode="cluster", session_ttl_s=TTL_S)
-        raw = aioredis.Redis(port=port, decode_responses=True)
-    store = open_store(settings)
-    assert isinstance(store, RedisStore)
-    try:
-        yield store, raw
-    finally:
-        await store.aclose()
-        await raw.aclose()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def backend(redis_pair: tuple[RedisStore, aioredis.Redis] | None) -> Backend:
-    clock = Clock()
-    if redis_pair is None:
-        return Backend(MemoryStore(session_ttl_s=TTL_S, clock=clock), clock, None)
-    store, raw = redis_pair
-    await raw.flushall()
-    return Backend(store, clock, raw)
 
 
 # -- builders --------------------------------------------------------------------------------
@@ -265,21 +110,21 @@ async def test_open_store_embedded_when_no_url() -> None:
 def sentinel_port(tmp_path: Path) -> Iterator[int]:
     """A private redis-server on loopback and a Sentinel monitoring it as `primary`."""
     master, port = free_port(), free_port()
-    server = _redis_server(tmp_path, "--bind", "127.0.0.1", "--port", str(master))
+    server = start_redis_server(tmp_path, "--bind", "127.0.0.1", "--port", str(master))
     config = tmp_path / "sentinel.conf"
     config.write_text(
         f"bind 127.0.0.1\nport {port}\ndir {tmp_path}\n"
         f"sentinel monitor primary 127.0.0.1 {master} 1\n"
     )
-    sentinel = _redis_server(tmp_path, str(config), "--sentinel")
+    sentinel = start_redis_server(tmp_path, str(config), "--sentinel")
     probe = redis.Redis(port=port, decode_responses=True)
     try:
-        _wait_until(lambda: _answers(probe), "redis-sentinel")
+        wait_until(lambda: answers(probe), "redis-sentinel")
         yield port
     finally:
         probe.close()
-        _stop(sentinel)
-        _stop(server)
+        stop_server(sentinel)
+        stop_server(server)
 
 
 async def test_sentinel_mode_finds_the_master(sentinel_port: int) -> None:

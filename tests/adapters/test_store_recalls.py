@@ -2,166 +2,44 @@
 
 Like tests/adapters/test_store.py, every `backend` test runs on `MemoryStore`, on a
 `RedisStore` on a private redis-server, and on a `RedisStore` on a private one-node Redis
-Cluster: a recall id lives under the session's hash tag and the bodies under the tenant's,
-and a cluster refuses any command that mixes them. The machine's own Redis is never used.
+Cluster (tests/adapters/backends.py): a recall id lives under the session's hash tag and the
+bodies under the tenant's, and a cluster refuses any command that mixes them. The machine's own
+Redis is never used.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
-import redis
-import redis.asyncio as aioredis
 
-from proxy.adapters.store import MemoryStore, RedisStore, Store, StoreUnavailableError, open_store
+from proxy.adapters.store import MemoryStore, StoreUnavailableError, open_store
 from proxy.core.messages import Message
 from proxy.core.session import content_hash
 from proxy.settings import RedisMode, RedisSettings
+
+# The six `*_fixture`s are pytest's to find here (see tests/adapters/backends.py).
+from tests.adapters.backends import (
+    NOT_INSTALLED,
+    TTL_S,
+    A,
+    B,
+    Backend,
+    Clock,
+    backend_fixture,  # noqa: F401
+    cluster_node_fixture,  # noqa: F401
+    cluster_port_fixture,  # noqa: F401
+    kind_fixture,  # noqa: F401
+    redis_pair_fixture,  # noqa: F401
+    redis_socket_fixture,  # noqa: F401
+)
 from tests.builders import assistant, tool_result, user
 from tests.redis_server import RedisServer
 from tests.servers import free_port
 
 # The Redis clients are shared by the module's tests, so they share its event loop.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-TTL_S = 1000.0
-A = "tenant-a"
-B = "tenant-b"
-NOT_INSTALLED = "redis-server is not installed (.ci/run installs Debian's redis-server)"
-
-# -- private servers -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private redis-server on a unix socket."""
-    try:
-        server = RedisServer(tmp_path_factory.mktemp("redis"))
-    except FileNotFoundError:
-        pytest.skip(NOT_INSTALLED)
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-def _wait_until(ready: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start")
-        time.sleep(0.01)
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
-
-
-def _cluster_ok(client: redis.Redis) -> bool:
-    info: dict[str, str] = client.cluster("INFO")
-    return info["cluster_state"] == "ok"
-
-
-@pytest.fixture(scope="module")
-def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private one-node Redis Cluster on loopback, owning all 16384 slots."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip(NOT_INSTALLED)
-    folder = tmp_path_factory.mktemp("cluster")
-    port, bus = free_port(), free_port()
-    command = [
-        binary, "--bind", "127.0.0.1", "--port", str(port), "--cluster-enabled", "yes",
-        "--cluster-port", str(bus), "--cluster-config-file", str(folder / "nodes.conf"),
-        "--save", "", "--appendonly", "no", "--dir", str(folder),
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port, decode_responses=True)
-    try:
-        _wait_until(lambda: _answers(client), "redis-server (cluster)")
-        client.cluster("ADDSLOTSRANGE", 0, 16383)
-        _wait_until(lambda: _cluster_ok(client), "cluster")
-        yield f"redis://127.0.0.1:{port}"
-    finally:
-        client.close()
-        process.terminate()
-        process.wait(10)
-
-
-# -- backends --------------------------------------------------------------------------------
-
-
-class Clock:
-    """A clock the test moves by hand, for the embedded store's expiry."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class Backend:
-    """A store under test, with the means to look inside it."""
-
-    store: Store
-    clock: Clock
-    raw: aioredis.Redis | None
-    """A plain client on the same server (a one-node cluster serves every slot)."""
-
-    async def messages_stored(self, tenant: str) -> int:
-        if isinstance(self.store, MemoryStore):
-            return sum(1 for (owner, _), _text in self.store._messages.live() if owner == tenant)
-        assert self.raw is not None
-        return len([key async for key in self.raw.scan_iter(match=f"cp:{{t:{tenant}}}:msg:*")])
-
-
-@pytest.fixture(scope="module", params=["memory", "redis", "cluster"])
-def kind(request: pytest.FixtureRequest) -> str:
-    # Module scope makes pytest run each kind's tests together.
-    return str(request.param)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def redis_pair(
-    kind: str, request: pytest.FixtureRequest
-) -> AsyncIterator[tuple[RedisStore, aioredis.Redis] | None]:
-    """One store per server for the module, and a plain client on the same server."""
-    if kind == "memory":
-        yield None
-        return
-    mode: RedisMode = "single" if kind == "redis" else "cluster"
-    url: str = request.getfixturevalue("server_url" if kind == "redis" else "cluster_url")
-    store = open_store(RedisSettings(url=url, mode=mode, session_ttl_s=TTL_S))
-    assert isinstance(store, RedisStore)
-    raw = aioredis.Redis.from_url(url, decode_responses=True)
-    try:
-        yield store, raw
-    finally:
-        await store.aclose()
-        await raw.aclose()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def backend(redis_pair: tuple[RedisStore, aioredis.Redis] | None) -> Backend:
-    clock = Clock()
-    if redis_pair is None:
-        return Backend(MemoryStore(session_ttl_s=TTL_S, clock=clock), clock, None)
-    store, raw = redis_pair
-    await raw.flushall()
-    return Backend(store, clock, raw)
 
 
 # -- builders --------------------------------------------------------------------------------

@@ -7,8 +7,6 @@ tests/service/test_memory.py; nothing of the store is faked.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from proxy.adapters.store import Store, StoreUnavailableError
@@ -18,7 +16,8 @@ from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from tests.builders import assistant, user
 from tests.redis_server import RedisServer
-from tests.service.stores import STORES, store_of
+from tests.service import test_memory as memory_tests
+from tests.service.test_memory import counted
 
 TENANT = "tenant-a"
 REPLACED: list[Message] = [user("plan the migration"), assistant("step one")]
@@ -26,25 +25,10 @@ RECALLS = {"rc_k3j4h5g6f7": [content_hash(message) for message in REPLACED]}
 BODIES = {content_hash(message): message for message in REPLACED}
 
 
-@pytest.fixture(params=STORES)
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    async with store_of(request.param, request) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def redis_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    """A `RedisStore` on the test's own `redis_server`, whose faults the test makes."""
-    async with store_of("redis", request, timeout_s=0.5) as opened:
-        yield opened
-
-
-def counted(metrics: Metrics) -> tuple[float, float, float]:
-    """Store errors, writes lost, and the breaker gauge (1 open, 0 closed)."""
-    names = ("store_errors_total", "store_writes_lost_total", "store_breaker_open")
-    get = metrics.registry.get_sample_value
-    errors, lost, breaker = (get(f"compaction_proxy_{name}") or 0.0 for name in names)
-    return errors, lost, breaker
+# `Memory`'s stores, as tests/service/test_memory.py has them: bound by their fixture names for
+# pytest to find them here (an import by those names would be shadowed by the tests' arguments).
+store = memory_tests.store
+redis_store = memory_tests.redis_store
 
 
 async def test_recall_ids_put_are_recalled_in_their_session(store: Store) -> None:
