@@ -206,6 +206,34 @@ class Tally:
     details: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A late question about a value one file read returned, and what the client got."""
+
+    key: str
+    value: str
+    state: str
+    """Where the value's result stood in the question's forwarded request (`bench.recall`):
+    whole, cut, cleared (a placeholder), condensed (a note replaced its turn), dropped."""
+    text: str
+    """The final answer the client received ("" if the turn failed)."""
+    recalls: str = ""
+    """What the turn's recall rounds did (`bench.recall.recalls`)."""
+
+    @property
+    def right(self) -> bool:
+        return self.value in self.text
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the value was out of the model's sight when it was asked for."""
+        return self.state not in VISIBLE
+
+
+VISIBLE = frozenset({"whole", "cut, value shown", "condensed, value in the block"})
+"""The `Answer.state`s in which the question's request showed the value itself."""
+
+
 @dataclass(slots=True)
 class CellResult:
     """One cell of the effectiveness matrix: a workload through the proxy at one window
@@ -256,11 +284,34 @@ class CellResult:
     its turn hid from it."""
     abandoned_turns: int = 0
     """Turns the client gave up on when the agent's rounds reached twice the plan (plus 2)."""
+    stream: bool = False
+    """Whether the client streamed every answer."""
+    recall: bool = True
+    """The proxy's `context.recall` (False: the cell is a baseline with it off)."""
+    answers: list[Answer] = field(default_factory=list)
+    """The late questions' answers (the recall workload)."""
+    unknown_calls: int = 0
+    """Tool calls the client received for a tool it never offered (the proxy's own
+    `context_recall`, leaked): a client's loop fails on them."""
+    recall_calls: int = 0
+    """The `context_recall` calls the mock's model made."""
+    recall_rounds: int = 0
+    """Forwarded requests that carried the proxy's answers to them."""
+    offered: int = 0
+    """Forwarded requests (recall rounds apart) that offered `context_recall`."""
+    stable: Tally | None = None
+    """Forwarded requests (recall rounds apart) no compaction changed: extending the one
+    before, tools and instructions included."""
+    prompts_before: list[int] = field(default_factory=list)
+    """The provider's prompt tokens of each request before the first question."""
+    tool_tokens: int = 0
+    """What offering `context_recall` adds to a request: its schema, our count."""
 
     @property
     def name(self) -> str:
         workload = f"{self.workload} {self.strategy}" if self.strategy else self.workload
-        return f"{self.window // 1024}k {workload} {self.summarizer} ({self.api})"
+        variant = (" streamed" if self.stream else "") + ("" if self.recall else " recall off")
+        return f"{self.window // 1024}k {workload}{variant} {self.summarizer} ({self.api})"
 
     @property
     def compactions(self) -> int:

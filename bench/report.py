@@ -11,6 +11,7 @@ from bench.measures import (
     DIRECT,
     LITELLM,
     PROXY,
+    Answer,
     CaseResult,
     CellResult,
     Measure,
@@ -19,7 +20,7 @@ from bench.measures import (
     median,
 )
 from bench.profiling import Profile
-from bench.targets import API_NAMES, Verdict, cell_misses, pressure
+from bench.targets import API_NAMES, NOT_HAD, Verdict, cell_misses, pressure
 from bench.workloads import KINDS, LABELLED_KINDS, TITLES
 
 _LABELS = {DIRECT: "direct", PROXY: "compaction-proxy", LITELLM: "LiteLLM proxy"}
@@ -282,9 +283,11 @@ def _sessions(run: Run) -> list[str]:
 
 
 def _title(cell: CellResult) -> str:
-    """The cell's workload as the tables name it, with the strategy its proxy ran."""
+    """The cell's workload as the tables name it, with the strategy its proxy ran and how
+    the cell differs from the others of its workload (streamed, recall off)."""
     title = TITLES.get(cell.workload, cell.workload)
-    return f"{title}, `{cell.strategy}`" if cell.strategy else title
+    title = f"{title}, `{cell.strategy}`" if cell.strategy else title
+    return title + (", streamed" if cell.stream else "") + ("" if cell.recall else ", recall off")
 
 
 def _matrix_row(cell: CellResult) -> list[str]:
@@ -395,6 +398,92 @@ def _fixed_heavy_rows(cells: list[CellResult]) -> list[list[str]]:
     ]  # fmt: skip
 
 
+def _variant(cell: CellResult) -> str:
+    return "recall off" if not cell.recall else ("streamed" if cell.stream else "whole")
+
+
+def _answer(answer: Answer) -> str:
+    if answer.right:
+        return f"{answer.state}: right"
+    said = "not had" if answer.text.startswith(NOT_HAD) else f'"{answer.text[:40]}"'
+    return f"{answer.state}: **{said}**"
+
+
+def _recall_rows(cells: list[CellResult]) -> list[list[str]]:
+    return [
+        [f"{cell.window:,}", cell.summarizer, cell.api, _variant(cell), str(cell.model_calls),
+         str(cell.compactions), *(_answer(answer) for answer in cell.answers),
+         f"{cell.recall_calls} / {cell.recall_rounds}", str(cell.unknown_calls),
+         _fraction(cell.stable), f"{cell.offered} / {len(cell.applied)}",
+         f"{cell.cache_share:.0%}"]
+        for cell in cells
+        if cell.workload == "recall"
+    ]  # fmt: skip
+
+
+def _mean(values: list[int]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _recall_cost_rows(cells: list[CellResult]) -> list[list[str]]:
+    """Recall on (whole) beside recall off, per window, summarizer and API."""
+    off = {
+        (c.window, c.summarizer, c.api): c for c in cells if c.workload == "recall" and not c.recall
+    }
+    rows = []
+    for cell in cells:
+        baseline = off.get((cell.window, cell.summarizer, cell.api))
+        if cell.workload != "recall" or not cell.recall or cell.stream or baseline is None:
+            continue
+        on_mean, off_mean = _mean(cell.prompts_before), _mean(baseline.prompts_before)
+        rows.append([
+            f"{cell.window:,}", cell.summarizer, cell.api, str(cell.tool_tokens),
+            f"{cell.offered} / {len(cell.applied)}",
+            f"{len(cell.prompts_before)} / {len(baseline.prompts_before)}",
+            f"{num(on_mean, 0)} / {num(off_mean, 0)}", f"{num(on_mean - off_mean, 0)}",
+            f"{num((on_mean - off_mean) / off_mean * 100, 1)} %",
+            f"{cell.cache_share:.0%} / {baseline.cache_share:.0%}",
+            f"{cell.compactions} / {baseline.compactions}",
+        ])  # fmt: skip
+    return rows
+
+
+def _recall_tables(cells: list[CellResult]) -> list[str]:
+    """The tables of what issue 22 measures, where its cells ran."""
+    rows, costs = _recall_rows(cells), _recall_cost_rows(cells)
+    if not rows:
+        return []
+    keys = next((c.answers for c in cells if c.workload == "recall" and c.answers), [])
+    header = (
+        "window", "summarizer", "API", "cell", "calls", "compactions",
+        *(f"`{answer.key}`: where, answer" for answer in keys),
+        "recall calls / rounds", "context_recall seen by the client",
+        "stable between compactions", "requests offering the tool", "cache",
+    )  # fmt: skip
+    lines = [
+        "Recall of a compacted value: where each value's result stood in the request that "
+        "asked for it, and the answer the client got; the model's `context_recall` calls and "
+        "the rounds the proxy answered them in; client requests no compaction changed that "
+        "extend the one before (tools and instructions included):",
+        "",
+        *_table(header, rows, 4),
+    ]
+    if costs:
+        cost_header = (
+            "window", "summarizer", "API", "tool schema tokens (ours)",
+            "requests offering it", "requests before the question: on / off",
+            "mean prompt tokens before the question: on / off", "difference", "difference %",
+            "cache: on / off", "compactions: on / off",
+        )  # fmt: skip
+        lines += [
+            "What offering `context_recall` costs: recall on against `context.recall: false`, "
+            "the same workload, whole answers (prompt tokens as the provider counts them):",
+            "",
+            *_table(cost_header, costs, 3),
+        ]
+    return lines
+
+
 def _issue_tables(cells: list[CellResult]) -> list[str]:
     """The tables of what issue 21 measures, where its cells ran."""
     labelled, oversized, heavy = (
@@ -425,6 +514,20 @@ def _issue_tables(cells: list[CellResult]) -> list[str]:
     return lines
 
 
+def _recall_details(cell: CellResult) -> list[str]:
+    """What the recall workload's judge found wrong in `cell`, with what the rounds did."""
+    parts = [
+        f"`{answer.key}` ({answer.state}) not answered: {answer.recalls}"
+        for answer in cell.answers
+        if not answer.right
+    ]
+    if cell.stable is not None and cell.stable.held < cell.stable.judged:
+        parts.append("unstable: " + " | ".join(cell.stable.details))
+    if cell.unknown_calls:
+        parts.append(f"{cell.unknown_calls} calls of a tool the client never offered")
+    return parts
+
+
 def _cell_details(cell: CellResult) -> str:
     strategies = ", ".join(f"`{k}` x{v}" for k, v in sorted(cell.strategies.items())) or "none"
     parts = [f"- {cell.name}: {cell.user_turns} user turns, {strategies}"]
@@ -440,6 +543,7 @@ def _cell_details(cell: CellResult) -> str:
             f"{cell.extra_rounds} tool rounds beyond the plan, {cell.abandoned_turns} turns "
             "abandoned at the cap"
         )
+    parts += _recall_details(cell)
     if cell.strict_rejections:
         parts.append(f"{cell.strict_rejections} strict refusals")
     if cell.error_samples:
@@ -513,6 +617,7 @@ def _matrix(run: Run) -> list[str]:
             else []
         ),
         *_issue_tables(run.cells),
+        *_recall_tables(run.cells),
         "Per cell: the strategies applied, what was lost, errors.",
         "",
         *(_cell_details(cell) for cell in run.cells),

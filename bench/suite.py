@@ -14,7 +14,8 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 3. The effectiveness matrix: windows x workloads x summarizers x APIs (chat completions and
    the Responses API), each cell a scripted session through a proxy on its default settings
    (`bench/cases/matrix.py`, `bench/cases/matrix_clients.py`, `bench/workloads.py`), what
-   its forwarded requests show judged by `bench/forwarded.py`; `--workload` runs only some.
+   its forwarded requests show judged by `bench/forwarded.py` and, for the recall workload,
+   `bench/recall.py`; `--workload` runs only some.
 4. The store under load: concurrent streams, each its own conversation, through the proxy on
    a private redis-server; its store errors and what Redis kept (`bench/cases/store_load.py`).
 5. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of

@@ -11,6 +11,8 @@ from bench.cases.store_load import StoreLoadResult
 from bench.measures import LITELLM, PROXY, CaseResult, CellResult, SessionResult, Tally
 
 Status = Literal["met", "missed", "not measured"]
+NOT_HAD = "I do not have the value"
+"""How the mock's recaller answers a question it found no value for."""
 USER_STATED = frozenset({"tool-heavy", "chatty", "typed"})
 """The workloads whose checks are the user's typed statements and facts (`kept`)."""
 
@@ -221,6 +223,36 @@ def _no_strict_refusal(cell: CellResult) -> tuple[bool | None, str]:
     return cell.strict_rejections == 0, str(cell.strict_rejections)
 
 
+def _answers(cell: CellResult) -> str:
+    return ", ".join(
+        f"`{a.key}` {a.state}: " + ("right" if a.right else f'"{a.text[:48]}"')
+        for a in cell.answers
+    )
+
+
+def _recalled(cell: CellResult) -> tuple[bool | None, str]:
+    if not cell.answers:
+        return None, "no question asked"
+    right = sum(answer.right for answer in cell.answers)
+    return right == len(cell.answers), f"{right} of {len(cell.answers)} ({_answers(cell)})"
+
+
+def _needed(cell: CellResult) -> tuple[bool | None, str]:
+    compacted = [answer for answer in cell.answers if answer.compacted]
+    if not compacted:
+        return None, "no value compacted when asked for"
+    missing = sum(a.text.startswith(NOT_HAD) and not a.right for a in compacted)
+    return missing == len(compacted), (
+        f"{missing} of the {len(compacted)} compacted said they do not have it ({_answers(cell)})"
+    )
+
+
+def _hidden(cell: CellResult) -> tuple[bool | None, str]:
+    return cell.unknown_calls == 0, (
+        f"{cell.unknown_calls} (the model made {cell.recall_calls} in {cell.recall_rounds} rounds)"
+    )
+
+
 def _per_cell(name: str, requirement: str, cells: list[CellResult], check: CellCheck) -> Verdict:
     """One target judged in every cell: which cells hold it, which miss it, and by how much."""
     judged = [(cell, *check(cell)) for cell in cells]
@@ -349,6 +381,36 @@ MATRIX_TARGETS = (
         ">= 3",
         lambda cell: cell.workload == "fixed-heavy",
         _rare_compactions,
+    ),
+    # Issue 22: what a compaction removed, recalled.
+    MatrixTarget(
+        "recall-answer",
+        "late questions answered with the value only a compacted result held, recall on",
+        "every question in every cell (streamed and not)",
+        lambda cell: cell.workload == "recall" and cell.recall,
+        _recalled,
+    ),
+    MatrixTarget(
+        "recall-hidden",
+        "context_recall calls that reached the client, recall workload",
+        "0 in every cell (streamed and not)",
+        lambda cell: cell.workload == "recall",
+        _hidden,
+    ),
+    MatrixTarget(
+        "recall-stable",
+        "client requests no compaction changed that extend the one before, tools and "
+        "instructions included, recall workload",
+        "every such request in every cell",
+        lambda cell: cell.workload == "recall",
+        _tally(lambda cell: cell.stable),
+    ),
+    MatrixTarget(
+        "recall-needed",
+        "late questions about a compacted value answered without recall (context.recall false)",
+        '"I do not have the value ..." to every such question in every cell',
+        lambda cell: cell.workload == "recall" and not cell.recall,
+        _needed,
     ),
 )
 

@@ -3,7 +3,7 @@
 A workload is what a client says and what its tools return, planned before the session
 runs: the user turns (with the statements planted in them), the size of every tool result
 (or its text, where the workload writes it), and the model's answers (played by
-`proxy.mock_upstream`'s `AgentScript`). Seven of them:
+`proxy.mock_upstream`'s `AgentScript`). Eight of them:
 
 - `tool-heavy`: a coding agent; each user turn (about 2,600 tokens) is a user message, two
   tool calls (one per round) with results of log-normal size around 900 tokens, and a reply
@@ -40,8 +40,8 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from proxy.core.tokens import TokenCounter
@@ -59,7 +59,14 @@ LABELLED_KINDS: Final[tuple[Kind, ...]] = (
     "note",
 )
 WorkloadKey = Literal[
-    "tool-heavy", "chatty", "typed", "labelled", "artifacts", "oversized-result", "fixed-heavy"
+    "tool-heavy",
+    "chatty",
+    "typed",
+    "labelled",
+    "artifacts",
+    "oversized-result",
+    "fixed-heavy",
+    "recall",
 ]
 WORKLOADS: Final[tuple[WorkloadKey, ...]] = get_args(WorkloadKey)
 TITLES: Final[dict[str, str]] = {
@@ -70,6 +77,7 @@ TITLES: Final[dict[str, str]] = {
     "artifacts": "tool-only identifiers",
     "oversized-result": "oversized newest result",
     "fixed-heavy": "fixed-heavy agent",
+    "recall": "recall of a compacted value",
 }
 
 # Framing the counter adds per message and per tool call: close enough for planning.
@@ -103,6 +111,27 @@ class UserTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class Asked:
+    """A value one file read returned, which the user asks for late in the session."""
+
+    key: str
+    """In capitals, as the mock's recaller reads a question (`value of KEY`)."""
+    value: str
+    """No id, path or number shape: no trail or ledger of the proxy's keeps it."""
+    path: str
+    """The file whose read returned it (the `read_file` call's `path`)."""
+
+    @property
+    def question(self) -> str:
+        return f"What is the exact value of {self.key} in {self.path}?"
+
+    @property
+    def line(self) -> str:
+        """The line of the file that gives it."""
+        return f"{self.key}={self.value}"
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     key: WorkloadKey
     system: str
@@ -118,6 +147,12 @@ class Workload:
     """The items of the session's first tool result, a JSON array too large to forward
     whole: judge that every later request forwards it cut, with its "showing N of M items"
     note (0: nothing to judge)."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """The text of a `read_file` result by the `path` its call asks for: the workload's
+    written files, whichever round of the session reads them."""
+    asked: tuple[Asked, ...] = ()
+    """The values the last user turns ask for, one a turn, in order (the mock plays a model
+    that recalls what a compaction removed: `MockUpstream(recaller=True)`)."""
 
     @property
     def calls(self) -> int:
@@ -404,8 +439,8 @@ def tool_output(name: str, tokens: int, seed: int, counter: TokenCounter) -> str
     return _sized(_endless(lambda n: line(rng, n)), tokens, counter)
 
 
-def _schema(name: str, description: str) -> dict[str, Any]:
-    parameters = {"type": "object", "properties": {"arg": {"type": "string"}}}
+def _schema(name: str, description: str, parameter: str = "arg") -> dict[str, Any]:
+    parameters = {"type": "object", "properties": {parameter: {"type": "string"}}}
     return {
         "type": "function",
         "function": {"name": name, "description": description, "parameters": parameters},
@@ -723,6 +758,91 @@ def fixed_heavy(plan: Plan, counter: TokenCounter) -> Workload:
     )
 
 
+# The values the recall workload plants: word pairs a user would not guess, with no digit,
+# path or id shape, in files no other call reads.
+RECALLED: Final = (
+    Asked("DEPLOY_TOKEN", "marmalade-sky", "deploy/billing/secrets.env"),
+    Asked("ROLLBACK_PHRASE", "quiet-heron-window", "deploy/jobs/rollback.env"),
+    Asked("CANARY_GREETING", "velvet-otter-lamp", "deploy/web/canary.env"),
+    Asked("FALLBACK_MOTTO", "amber-comet-garden", "deploy/api/fallback.env"),
+    Asked("MIRROR_SLOGAN", "silent-maple-harbor", "deploy/auth/mirror.env"),
+)
+RECALL_PLAN: Final = ((0.0, 0), (0.5, 1), (0.7, 0), (0.8, 1), (0.9, 0))
+"""Where each of `RECALLED` is read: a share of the work turns (never before the second) and
+the round. By the questions, which all come at the end, the early reads are condensed into a
+note in every cell; the later ones, by window, condensed, cleared to a placeholder, or still
+whole in the recent turns.
+
+No question comes earlier in the session: the mock's recaller takes any user message that
+asks for "the value of KEY" as the question of the turn, and the proxy's ledger quotes an
+earlier question in the note it merges into a later turn's user message, so the recaller
+would answer that turn instead of the agent running its tools."""
+
+
+def _read_paths() -> list[str]:
+    """Source files, tests and configuration, shuffled: no path is read twice in a cell."""
+    paths = [
+        path
+        for module in _MODULES
+        for name in _NAMES
+        for path in (f"src/{module}/{name}.py", f"tests/{module}/test_{name}.py",
+                     f"config/{module}/{name}.yaml")
+    ]  # fmt: skip
+    random.Random(808).shuffle(paths)
+    return paths
+
+
+def _env_file(asked: Asked, tokens: int, seed: int, counter: TokenCounter) -> str:
+    """The file that gives `asked`'s value: a few settings, the value, then code."""
+    head = f"# {asked.path}\nLOG_FORMAT=plain\n{asked.line}\nREGION_NAME=primary\n"
+    return head + tool_output("read_file", tokens - counter.text(head), seed, counter)
+
+
+def _planted(draft: _Draft, counter: TokenCounter) -> tuple[list[str], dict[str, str]]:
+    """The paths the agent reads, in order, with the planted files among them (read where
+    `RECALL_PLAN` says, or at the next read not taken in a session too short for it; later
+    if compactions make the agent run more rounds first), and their texts by path."""
+    paths, files, work = _read_paths(), {}, len(draft.bodies)
+    sizes = [size for tools in draft.tool_tokens for size in tools]
+    taken: set[int] = set()
+    for index, (planted, (at, round_)) in enumerate(zip(RECALLED, RECALL_PLAN, strict=True)):
+        turn = min(max(1, round(at * work)), work - 1)
+        slot = sum(len(tools) for tools in draft.tool_tokens[:turn]) + round_
+        while slot in taken:
+            slot += 1
+        taken.add(slot)
+        paths[slot] = planted.path
+        size = sizes[slot] if slot < len(sizes) else sizes[-1]
+        files[planted.path] = _env_file(planted, size, 880 + index, counter)
+    return paths, files
+
+
+def recall(plan: Plan, counter: TokenCounter) -> Workload:
+    """The artifacts agent's shape (~600-token reads) reading distinct files, the planted
+    files among them (where `RECALL_PLAN` says); the last turns ask for their values."""
+    draft = _draft(plan, counter, seed=808)
+    while draft.room(3 + len(RECALLED)) or len(draft.bodies) < 2:
+        request = "Next step of the deployment review. " + prose(
+            draft.rng, draft.rng.randint(60, 160), counter
+        )
+        tools = (draft.sized(600, 0.3, 300, 1200), draft.sized(600, 0.3, 300, 1200))
+        answer = prose(draft.rng, round(draft.rng.uniform(100, 200) * plan.bulk), counter)
+        draft.add(request, tools, answer)
+    paths, files = _planted(draft, counter)
+    questions = tuple(UserTurn(planted.question, ()) for planted in RECALLED)
+    calls = tuple(("read_file", json.dumps({"path": path})) for path in paths)
+    return Workload(
+        "recall",
+        "You are a deployment agent reviewing the user's repository; use the tools.",
+        (_schema("read_file", "Read a file of the repository.", "path"),),
+        AgentScript(calls=calls, rounds_per_turn=2, answers=tuple(draft.answers)),
+        (*_turns(draft, {}), *questions),
+        (),
+        files=files,
+        asked=RECALLED,
+    )
+
+
 BUILDERS: Final[dict[WorkloadKey, Callable[[Plan, TokenCounter], Workload]]] = {
     "tool-heavy": tool_heavy,
     "chatty": chatty,
@@ -731,4 +851,5 @@ BUILDERS: Final[dict[WorkloadKey, Callable[[Plan, TokenCounter], Workload]]] = {
     "artifacts": artifacts,
     "oversized-result": oversized_result,
     "fixed-heavy": fixed_heavy,
+    "recall": recall,
 }

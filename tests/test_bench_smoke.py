@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bench.cases.matrix import CellSpec, run_cell
+from bench.config import Api
 from bench.progress import Progress
 from bench.targets import MATRIX_TARGETS as TARGETS
 from bench.workloads import BUILDERS, Plan, WorkloadKey
@@ -121,4 +122,41 @@ async def test_a_small_cell_of_each_issue_21_workload_runs_and_every_target_is_j
         judged = [t for t in TARGETS if t.applies(cell)]
         assert len(judged) > 4, cell.name  # one target of its own at least
         for target in judged:  # met or missed: the numbers are the proxy's business
+            assert target.check(cell)[0] is not None, (cell.name, target.short)
+
+
+# Issue 22's workload: its values are in files only a tool reads, its questions come last.
+def test_the_recall_workload_plants_its_values_in_files_only_and_asks_last() -> None:
+    counter = TokenCounter(load_encoders(names=(O200K_BASE,)).by_name[O200K_BASE])
+    for plan in (Plan(history_tokens=12_000, max_calls=40), Plan(6_000, 12)):
+        built = BUILDERS["recall"](plan, counter)
+        read = [json.loads(arguments)["path"] for _, arguments in built.script.calls]
+        questions = [turn.text for turn in built.turns[-len(built.asked) :]]
+        assert questions == [asked.question for asked in built.asked]
+        users = "\n".join(turn.text for turn in built.turns)
+        for asked in built.asked:
+            assert asked.line in built.files[asked.path]
+            assert asked.value not in users
+            assert read.count(asked.path) == 1, asked.path
+
+
+async def test_a_small_recall_cell_runs_streamed_and_every_target_is_judged(
+    tmp_path: Path,
+) -> None:
+    encoders = load_encoders(names=(O200K_BASE,))
+    counter = TokenCounter(encoders.by_name[O200K_BASE])
+    progress = Progress(0, stream=io.StringIO())
+    built = BUILDERS["recall"](Plan(round(2.5 * 4_096), 24), counter)
+    variants: tuple[tuple[Api, bool, bool], ...] = (
+        ("chat", True, True), ("responses", True, True), ("chat", False, False),
+    )  # fmt: skip
+    for api, stream, recall in variants:
+        spec = CellSpec(4_096, "recall", "poor", api, None, stream, recall)
+        cell = await run_cell(spec, built, encoders=encoders, work=tmp_path, progress=progress)
+        assert cell.client_errors == 0, (cell.name, cell.error_samples)
+        assert len(cell.answers) == len(built.asked), cell.name
+        assert cell.unknown_calls == 0, cell.name
+        judged = [t for t in TARGETS if t.applies(cell)]
+        assert {t.short for t in judged} >= {"recall-hidden", "recall-stable"}, cell.name
+        for target in judged:
             assert target.check(cell)[0] is not None, (cell.name, target.short)

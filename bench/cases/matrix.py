@@ -41,15 +41,17 @@ import openai
 import yaml
 
 from bench import forwarded
+from bench import recall as recall_judge
 from bench.cases.matrix_clients import CLIENTS, MODEL, MatrixClient, flat_tools
 from bench.cases.session import _served
 from bench.config import Api, Size
-from bench.measures import CellResult, Check
+from bench.measures import Answer, CellResult, Check
 from bench.processes import Server, free_port, start
 from bench.progress import Progress
 from bench.stack import proxy_command
 from bench.workloads import BUILDERS, Plan, Workload, WorkloadKey
 from proxy.adapters.tokenizer import Encoders
+from proxy.core import recall
 from proxy.core.budget import request_budget
 from proxy.core.policy import STRATEGIES, ContextPolicy, Strategy
 from proxy.core.room import fixed_share as room_fixed_share
@@ -65,10 +67,18 @@ BULK_FROM: Final = 32_768
 """Above this window, model and tool output scale with the window (see the docstring)."""
 FIXED_WINDOWS: Final[dict[WorkloadKey, int]] = {"oversized-result": 16_384, "fixed-heavy": 16_384}
 """Workloads measured at one window whatever the run's size: where clients met them."""
-LARGEST_WINDOW: Final[dict[WorkloadKey, int]] = {"labelled": 32_768, "artifacts": 32_768}
+LARGEST_WINDOW: Final[dict[WorkloadKey, int]] = {
+    "labelled": 32_768,
+    "artifacts": 32_768,
+    "recall": 32_768,
+}
 """Workloads measured at the run's windows up to this one only."""
 EVERY_STRATEGY: Final[frozenset[WorkloadKey]] = frozenset({"oversized-result"})
 """Workloads run once per `context.strategy` instead of on the defaults alone."""
+STREAMED: Final[frozenset[WorkloadKey]] = frozenset({"recall"})
+"""Workloads run streamed too (every answer a stream), besides whole."""
+RECALL_OFF: Final[frozenset[WorkloadKey]] = frozenset({"recall"})
+"""Workloads run once more (whole) with `context.recall: false`: their baseline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +89,15 @@ class CellSpec:
     api: Api = "chat"
     strategy: Strategy | None = None
     """The proxy's `context.strategy` (None: nothing configured, the default)."""
+    stream: bool = False
+    """Every answer streamed."""
+    recall: bool = True
+    """The proxy's `context.recall` (False: configured off)."""
 
     @property
     def slug(self) -> str:
         workload = f"{self.workload}-{self.strategy}" if self.strategy else self.workload
+        workload += ("-streamed" if self.stream else "") + ("" if self.recall else "-recall-off")
         return f"matrix-{self.window}-{workload}-{self.summarizer}-{self.api}"
 
     @property
@@ -98,15 +113,23 @@ def windows_of(workload: WorkloadKey, size: Size) -> tuple[int, ...]:
     return tuple(w for w in size.matrix_windows if largest is None or w <= largest)
 
 
+def _variants(workload: WorkloadKey) -> list[tuple[bool, bool]]:
+    """(streamed, recall on) of each cell of `workload` at one window, summarizer and API."""
+    streams = (False, True) if workload in STREAMED else (False,)
+    off = [(False, False)] if workload in RECALL_OFF else []
+    return [*((stream, True) for stream in streams), *off]
+
+
 def cell_specs(size: Size, workloads: Sequence[WorkloadKey] = ()) -> list[CellSpec]:
     """The cells a run of `size` measures (of `workloads` only, when given), window by
     window; each API's run of a cell next to the other's."""
     cells = [
-        CellSpec(window, workload, summarizer, api, strategy)
+        CellSpec(window, workload, summarizer, api, strategy, stream, recall_on)
         for workload in workloads or size.matrix_workloads
         for window in windows_of(workload, size)
         for strategy in (STRATEGIES if workload in EVERY_STRATEGY else (None,))
         for summarizer in size.matrix_summarizers
+        for stream, recall_on in _variants(workload)
         for api in size.matrix_apis
     ]
     return sorted(cells, key=lambda spec: spec.window)  # stable: workloads in order
@@ -167,6 +190,47 @@ def _read_upstream(client: MatrixClient) -> None:
     last = client.seen(bodies[-1]) if bodies else ""
     cell.checks = [Check(s.kind, s.key, s.key in last) for s in client.workload.checks]
     _judge_forwarded(client, bodies)
+    if client.workload.asked:
+        _judge_recall(client, bodies)
+
+
+def _judge_recall(client: MatrixClient, bodies: list[Any]) -> None:
+    """What `bench.recall` judges: the late questions' answers and where their values'
+    results stood, the client's requests' stability between compactions, the tool's cost."""
+    workload, cell, upstream = client.workload, client.cell, client.upstream
+    views = [client.messages(body) for body in bodies]
+    rounds = [recall_judge.is_round(messages) for messages in views]
+    firsts = [i for i, is_round in enumerate(rounds) if not is_round]
+    cell.recall_rounds, cell.recall_calls = sum(rounds), upstream.recall_calls
+    cell.offered = sum(recall_judge.offers(bodies[i]) for i in firsts)
+    requests = [(recall_judge.head(bodies[i]), client.conversation(bodies[i])) for i in firsts]
+    cell.stable = recall_judge.stable(requests, cell.applied)
+    texts = [turn.text for turn in workload.turns]
+    for asked in workload.asked:
+        turn = texts.index(asked.question)
+        if turn >= len(client.first_calls):
+            continue
+        at = client.first_calls[turn]
+        call = client.written.get(asked.path)
+        where = views[firsts[at]] if at < len(firsts) else []
+        # The turn's last request: its last recall round, if it had any.
+        last = views[firsts[at + 1] - 1] if at + 1 < len(firsts) else views[-1]
+        cell.answers.append(
+            Answer(
+                asked.key,
+                asked.value,
+                recall_judge.state(where, call, asked.value),
+                client.finals[turn],
+                recall_judge.recalls(last, asked.value, asked.path) if where else "",
+            )
+        )
+    first = min(texts.index(asked.question) for asked in workload.asked)
+    if first < len(client.first_calls):
+        cell.prompts_before = upstream.prompt_tokens[: client.first_calls[first]]
+    tools = flat_tools(workload.tools) if cell.api == "responses" else list(workload.tools)
+    offered = [*tools, recall.tool(cell.api == "responses")]
+    counter = client.counter
+    cell.tool_tokens = counter.tools({"tools": offered}) - counter.tools({"tools": tools})
 
 
 def _judge_forwarded(client: MatrixClient, bodies: list[Any]) -> None:
@@ -218,6 +282,8 @@ async def run_cell(
         _target(spec, workload, counter),
         api=spec.api,
         strategy=spec.strategy,
+        stream=spec.stream,
+        recall=spec.recall,
     )
     upstream = MockUpstream(
         window=spec.window,
@@ -231,6 +297,8 @@ async def run_cell(
         # A reasoning model on the Responses API: each response opens with a reasoning item
         # the client sends back, which must never be parted from what follows it.
         responses_reasoning=True,
+        # A model that calls `context_recall` when a question needs what a compaction took.
+        recaller=bool(workload.asked),
     )
     start_time = time.perf_counter()
     async with _served(upstream.app) as mock_url:
@@ -240,7 +308,9 @@ async def run_cell(
             async with openai.AsyncOpenAI(
                 api_key="sk-bench", base_url=proxy.base_url, max_retries=0, timeout=120
             ) as sdk:
-                client = CLIENTS[spec.api](sdk, workload, upstream, counter, cell)
+                client = CLIENTS[spec.api](
+                    sdk, workload, upstream, counter, cell, stream=spec.stream
+                )
                 await _drive(client, progress)
                 cell.history_tokens = client.history_tokens()
         finally:
@@ -251,15 +321,20 @@ async def run_cell(
 
 
 def _start_proxy(spec: CellSpec, mock_url: str, work: Path) -> Server:
-    # Nothing under `context:` but a cell's strategy: the window comes from the mock's
+    # Nothing under `context:` but a cell's strategy or recall: the window comes from the mock's
     # /v1/models, the rest from the defaults, which are what the matrix judges.
     name = spec.slug
     settings: dict[str, Any] = {
         "upstream": {"base_url": mock_url, "timeout_s": 120},
         "log": {"level": "warning"},
     }
+    context: dict[str, Any] = {}
     if spec.strategy is not None:
-        settings["context"] = {"strategy": spec.strategy}
+        context["strategy"] = spec.strategy
+    if not spec.recall:
+        context["recall"] = False
+    if context:
+        settings["context"] = context
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings))
     port = free_port()

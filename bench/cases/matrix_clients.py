@@ -12,6 +12,10 @@ model's output and each tool's result (the sizes the workload planned), until it
   (reasoning items with their `encrypted_content` included: the request asks for it), tool
   results `function_call_output` items; tools in the Responses API's flat form.
 
+With `stream`, every answer is streamed and added up as a client does
+(`proxy.demo.streams`). A tool call for a tool the client never offered (the proxy's own
+`context_recall`, leaked) is counted, and the turn given up: a client's loop fails on it.
+
 Each client also knows how to read, from the mock's recording, what the proxy forwarded in
 its API: the conversation of each forwarded request (summary requests apart) and the text
 the statement checks search.
@@ -32,6 +36,7 @@ from bench.workloads import UserTurn, Workload, tool_output
 from proxy.core.messages import Message
 from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
+from proxy.demo.streams import StreamedMessage, StreamedResponse
 from proxy.mock_upstream import MockUpstream, Recorded, responses_prompt_tokens
 
 MODEL: Final = "mock-model"
@@ -48,6 +53,22 @@ class Call:
 
     id: str
     name: str
+    arguments: str = ""
+
+
+class StreamFailedError(Exception):
+    """A streamed answer that ended in a failure event instead of completing."""
+
+
+def _path(call: Call) -> str | None:
+    """The `path` a `read_file` call asks for."""
+    if call.name != "read_file":
+        return None
+    try:
+        path = json.loads(call.arguments).get("path")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return path if isinstance(path, str) else None
 
 
 @dataclass(slots=True)
@@ -68,9 +89,18 @@ class MatrixClient:
     answered: bool = False
     calls: list[list[str]] = field(default_factory=list)
     """The ids of the tool calls of each user turn, in the order they were run."""
+    stream: bool = False
+    finals: list[str] = field(default_factory=list)
+    """Each user turn's final answer ("" for a turn given up)."""
+    written: dict[str, str] = field(default_factory=dict)
+    """The id of the call each of the workload's files answered, by its path."""
+    first_calls: list[int] = field(default_factory=list)
+    """The model calls made before each user turn."""
 
     async def turn(self, turn: UserTurn) -> None:
         """One user turn: send, run the requested tools, repeat until the model answers."""
+        self.first_calls.append(self.cell.model_calls)
+        self.finals.append("")
         mark = len(self.history)
         self.history.append(self._user(turn.text))
         ran: list[str] = []
@@ -83,12 +113,16 @@ class MatrixClient:
             self.cell.model_calls += 1
             try:
                 calls = await self._complete()
-            except openai.APIError as exc:
+            except (openai.APIError, StreamFailedError) as exc:
                 self._failed(exc)
                 del self.history[mark:]  # the turn is abandoned, as an agent would
                 return
+            if self._unknown(calls):
+                del self.history[mark:]
+                return
             self.cell.extra_rounds += bool(calls) and len(ran) >= len(turn.tool_tokens)
             if not calls:
+                self.finals[-1] = self._final()
                 return
             if len(ran) >= cap:
                 # A proxy that keeps hiding the turn's first rounds would keep the agent
@@ -100,11 +134,27 @@ class MatrixClient:
                 self.tools_run += 1
                 size = next(sizes)
                 written = turn.texts[len(ran)] if len(ran) < len(turn.texts) else None
+                written = written or self._file(call)
                 output = written or tool_output(call.name, size, self.tools_run, self.counter)
                 ran.append(call.id)
                 self.history.append(self._result(call, output))
 
-    def _failed(self, exc: openai.APIError) -> None:
+    def _file(self, call: Call) -> str | None:
+        """The workload's file `call` reads, if it wrote that one (the call is noted)."""
+        path = _path(call)
+        if path is None or path not in self.workload.files:
+            return None
+        self.written[path] = call.id
+        return self.workload.files[path]
+
+    def _unknown(self, calls: list[Call]) -> bool:
+        """Whether the model asked for a tool the client never offered (counted)."""
+        offered = {tool["function"]["name"] for tool in self.workload.tools}
+        unknown = sum(call.name not in offered for call in calls)
+        self.cell.unknown_calls += unknown
+        return unknown > 0
+
+    def _failed(self, exc: Exception) -> None:
         self.cell.client_errors += 1
         if len(self.cell.error_samples) < 3:
             self.cell.error_samples.append(f"{type(exc).__name__}: {exc}"[:300])
@@ -143,6 +193,10 @@ class MatrixClient:
     async def _complete(self) -> list[Call]:
         """One model call with the whole history; the model's output joins the history.
         Returns the tool calls it asks for (none: it answered)."""
+        raise NotImplementedError
+
+    def _final(self) -> str:
+        """The text of the answer that ended the turn (the history's last output)."""
         raise NotImplementedError
 
     def history_tokens(self) -> int:
@@ -186,12 +240,26 @@ class ChatClient(MatrixClient):
         body: dict[str, Any] = {"model": MODEL, "messages": self.history}
         if self.workload.tools:
             body["tools"] = list(self.workload.tools)
-        raw = await self.sdk.chat.completions.with_raw_response.create(**body)
-        self._answered(raw.headers)
-        message: dict[str, Any] = raw.parse().choices[0].message.model_dump(exclude_none=True)
+        if self.stream:
+            raw = await self.sdk.chat.completions.with_raw_response.create(**body, stream=True)
+            self._answered(raw.headers)
+            streamed = StreamedMessage()
+            async for chunk in raw.parse():
+                streamed.add(chunk)
+            message = streamed.message()
+        else:
+            raw = await self.sdk.chat.completions.with_raw_response.create(**body)
+            self._answered(raw.headers)
+            message = raw.parse().choices[0].message.model_dump(exclude_none=True)
         self.history.append(message)
         calls = message.get("tool_calls") or []
-        return [Call(call["id"], call["function"]["name"]) for call in calls]
+        return [
+            Call(call["id"], call["function"]["name"], call["function"]["arguments"])
+            for call in calls
+        ]
+
+    def _final(self) -> str:
+        return str(self.history[-1].get("content") or "")
 
     def history_tokens(self) -> int:
         body = {"messages": self.history, "tools": list(self.workload.tools)}
@@ -249,11 +317,49 @@ class ResponsesClient(MatrixClient):
         }
         if self.workload.tools:
             body["tools"] = flat_tools(self.workload.tools)
-        raw = await self.sdk.responses.with_raw_response.create(**body)
-        self._answered(raw.headers)
-        output = [item.model_dump(exclude_none=True) for item in raw.parse().output]
+        if self.stream:
+            output = await self._streamed(body)
+        else:
+            raw = await self.sdk.responses.with_raw_response.create(**body)
+            self._answered(raw.headers)
+            output = [item.model_dump(exclude_none=True) for item in raw.parse().output]
         self.history += output  # reasoning, message and calls, as they came
-        return [Call(i["call_id"], i["name"]) for i in output if i["type"] == "function_call"]
+        return [
+            Call(i["call_id"], i["name"], i["arguments"])
+            for i in output
+            if i["type"] == "function_call"
+        ]
+
+    async def _streamed(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The output items of a streamed answer. A call announced in the stream (its
+        `output_item.added`) that the finished items lack was shown to the client all the
+        same: one for a tool it never offered is counted."""
+        raw = await self.sdk.responses.with_raw_response.create(**body, stream=True)
+        self._answered(raw.headers)
+        streamed, announced = StreamedResponse(), {}
+        async for event in raw.parse():
+            streamed.add(event)
+            if event.type == "response.output_item.added" and event.item.type == "function_call":
+                announced[event.item.call_id] = event.item.name
+        if streamed.failure is not None:
+            raise StreamFailedError(streamed.failure)
+        output = streamed.output()
+        finished = {item.get("call_id") for item in output}
+        offered = {tool["function"]["name"] for tool in self.workload.tools}
+        self.cell.unknown_calls += sum(
+            name not in offered and call not in finished for call, name in announced.items()
+        )
+        return output
+
+    def _final(self) -> str:
+        last = self.history[-1] if self.history else {}
+        if last.get("type") != "message":
+            return ""
+        return "".join(
+            part.get("text", "")
+            for part in last.get("content") or []
+            if part.get("type") == "output_text"
+        )
 
     def history_tokens(self) -> int:
         # As the provider counts items (a reasoning item as a quarter of its ciphertext),
