@@ -197,20 +197,11 @@ def excerpts(
     terms = [t for t in query.lower().split() if t][:8]
     if not terms:
         return None
-    found: list[tuple[int, str]] = []
-    for index, message in enumerate(messages):
-        lines = _rendered(message).splitlines()
-        hits = [i for i, line in enumerate(lines) if any(t in line.lower() for t in terms)]
-        if not hits:
-            continue
-        kept = sorted({k for i in hits for k in range(max(i - 2, 1), min(i + 3, len(lines)))})
-        shown, last = [lines[0]], 0
-        for k in kept:
-            if k > last + 1:
-                shown.append("...")
-            shown.append(lines[k])
-            last = k
-        found.append((index, "\n".join(shown)))
+    found = [
+        (index, block)
+        for index, message in enumerate(messages)
+        if (block := _excerpt(_rendered(message).splitlines(), terms)) is not None
+    ]
     if not found:
         return None
     chosen: list[tuple[int, str]] = []
@@ -226,6 +217,25 @@ def excerpts(
     if len(chosen) < len(found):
         note += f"; the newest {len(chosen)} of {len(found)}"
     return note + ":]\n\n" + "\n\n".join(block for _, block in chosen)
+
+
+def _excerpt(lines: Sequence[str], terms: Sequence[str]) -> str | None:
+    """One message's lines that name any of `terms`, two either side, under its header
+    (line 0, which no query matches: "user" names no message by its role); `...` where
+    lines were left out."""
+    hits = [i for i, line in enumerate(lines) if i and any(t in line.lower() for t in terms)]
+    if not hits:
+        return None
+    kept = sorted({k for i in hits for k in range(max(i - 2, 1), min(i + 3, len(lines)))})
+    shown, last = [lines[0]], 0
+    for k in kept:
+        if k > last + 1:
+            shown.append("...")
+        shown.append(lines[k])
+        last = k
+    if last < len(lines) - 1:
+        shown.append("...")
+    return "\n".join(shown)
 
 
 def answer(
@@ -253,7 +263,10 @@ def answer(
     if query:
         matched = excerpts(found, query, max_tokens=max_tokens, count=count)
         if matched is not None:
-            return matched
+            # The newest block is kept even alone over the cap (a log whose every line
+            # matches): cut then, or the round's request would not fit the window.
+            size = count(matched)
+            return matched if size <= max_tokens else _cut(matched, size, max_tokens, False)
         prefix = f"[Nothing in it mentions {query!r}; here it is whole.]\n\n"
     body = prefix + transcript(found)
     total = count(body)

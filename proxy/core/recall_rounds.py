@@ -160,6 +160,10 @@ class ChatStream:
     _finish: JSON | None = None
     _usage: list[Mapping[str, Any] | None] = field(default_factory=list)
     _round_usage: Mapping[str, Any] | None = None
+    _undo: tuple[Any, ...] | None = None
+    """The round's state as `continued` found it, for `refused` to bring back."""
+    _frame: JSON = field(default_factory=dict)
+    """The first chunk's `created` and `model`, for a usage chunk made up at the end."""
 
     def feed(self, chunk: JSON) -> list[JSON]:
         """The chunks to relay for this one: none when it carried the proxy's call only, or
@@ -200,6 +204,8 @@ class ChatStream:
         """`chunk` as part of the first round's response, its usage kept for the end."""
         if self.response_id is None and isinstance(chunk.get("id"), str):
             self.response_id = chunk["id"]
+        if not self._frame:
+            self._frame = {k: chunk[k] for k in ("created", "model") if k in chunk}
         elif self.response_id is not None and "id" in chunk:
             chunk = {**chunk, "id": self.response_id}
         if isinstance(chunk.get("usage"), dict):
@@ -245,10 +251,19 @@ class ChatStream:
         calls = [self._ours[i] for i in sorted(self._ours)]
         message = {"role": "assistant", "content": "".join(self._text) or None, "tool_calls": calls}
         answers = [{"role": "tool", "tool_call_id": c.call_id, "content": t} for c, t in results]
+        self._undo = (self._ours, self._theirs, self._text, self._finish, self._round_usage)
         self._usage.append(self._round_usage)
         self._ours, self._theirs, self._text = {}, {}, []
         self._finish, self._round_usage = None, None
         return {**body, "messages": [*body.get("messages", []), message, *answers]}
+
+    def refused(self) -> None:
+        """The round `continued` asked for was refused: this one is the last, and its held
+        finish and usage close the client's stream."""
+        if self._undo is not None:
+            self._ours, self._theirs, self._text, self._finish, self._round_usage = self._undo
+            self._usage.pop()
+            self._undo = None
 
     def finish(self, *, with_usage: bool) -> list[JSON]:
         """The chunks that close the client's stream: the last finish (as "stop" when only
@@ -263,13 +278,12 @@ class ChatStream:
             out.append({**finish, "choices": [choice, *finish["choices"][1:]]})
         usage = summed([*self._usage, self._round_usage])
         if with_usage and usage is not None:
-            last = out[-1] if out else {}
             out.append(
                 {
                     "id": self.response_id,
                     "object": "chat.completion.chunk",
-                    "created": last.get("created"),
-                    "model": last.get("model"),
+                    "created": self._frame.get("created", 0),
+                    "model": self._frame.get("model", ""),
                     "choices": [],
                     "usage": usage,
                 }
@@ -437,6 +451,7 @@ class ResponsesStream:
     _completed: JSON | None = None
     _usage: list[Mapping[str, Any] | None] = field(default_factory=list)
     _round_usage: Mapping[str, Any] | None = None
+    _undo: tuple[Any, ...] | None = None
 
     def feed(self, event: JSON) -> list[JSON]:
         """The events to relay for this one."""
@@ -532,12 +547,28 @@ class ResponsesStream:
     def continued(self, body: Mapping[str, Any], results: Sequence[tuple[Call, str]]) -> JSON:
         """`body` asked again after this round: its output, the proxy's calls answered."""
         asked = responses_continued(body, self._output, results)
+        self._undo = (
+            self._indexes, self._output, self._ours, self._held, self._held_index,
+            self._completed, self._round_usage,
+        )  # fmt: skip
         self._usage.append(self._round_usage)
         self._round += 1
         self._indexes, self._output, self._ours = {}, [], []
         self._held, self._held_index = [], None
         self._completed, self._round_usage = None, None
         return asked
+
+    def refused(self) -> None:
+        """The round `continued` asked for was refused: this one is the last, and its held
+        `response.completed` closes the client's stream."""
+        if self._undo is not None:
+            (
+                self._indexes, self._output, self._ours, self._held, self._held_index,
+                self._completed, self._round_usage,
+            ) = self._undo  # fmt: skip
+            self._usage.pop()
+            self._round -= 1
+            self._undo = None
 
     def finish(self, *, with_usage: bool = True) -> list[JSON]:
         """The events that close the client's stream: a reasoning item still held, then the

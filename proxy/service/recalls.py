@@ -260,6 +260,7 @@ class RecallRun:
         if response.status >= 400:
             response.close()
             logger.warning("a recall round got %d from the upstream", response.status)
+            stream.refused()  # the client's stream closes with this round's finish
             return None, body
         return Opened(response), body
 
