@@ -187,6 +187,44 @@ def test_a_result_cut_earlier_and_cleared_later_keeps_the_cuts_id() -> None:
     assert second.recalls.get(rid, first.recalls[rid]) == first.recalls[rid]
 
 
+def test_a_result_cut_before_recall_was_on_gets_the_id_of_the_cut() -> None:
+    """A result cut when recall was off names no id of its original, which the proxy never
+    kept: when a later compaction with recall on clears it, its id stands for the cut, the
+    most the archive can give back."""
+    messages = [system(), user("task"), assistant_calls("c1"), tool_result("c1", words(900, "r"))]
+    first = plan_compaction(situation([*messages, assistant()], tool_result_max_share=0.3), COUNTER)
+    assert isinstance(first, Compacted)
+    cut = first.messages[3]
+    assert is_trimmed(cut)
+    assert not ids_in(text(cut))
+    grown = list(first.messages)
+    for i in range(2, 8):
+        grown += [user(f"q{i}"), assistant_calls(f"c{i}"), tool_result(f"c{i}", words(60, "s"))]
+        grown.append(assistant("ok"))
+    asked = recalling(situation(grown, strategy="clear_tool_results", force=True))
+    second = run(plan_compaction(asked, COUNTER))
+    assert is_cleared(second.messages[3])
+    (rid,) = ids_in(text(second.messages[3]))
+    assert second.recalls[rid] == (cut,)
+
+
+def test_a_cut_json_array_names_the_id_that_returns_every_item() -> None:
+    items = [{"id": i, "title": f"result number {i}"} for i in range(300)]
+    messages = [
+        user("task"),
+        assistant_calls("c1"),
+        tool_result("c1", json.dumps(items)),
+        assistant(),
+    ]
+    result = plan_compaction(recalling(situation(messages, tool_result_max_share=0.3)), COUNTER)
+    assert isinstance(result, Compacted)
+    cut = text(result.messages[2])
+    assert "items (the first" in cut
+    (rid,) = ids_in(cut)
+    assert f"{reference(rid)} returns every item; or ask for the rest" in cut
+    assert result.recalls == {rid: (messages[2],)}
+
+
 # --- notes -----------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from proxy.core.recall import (
     answer,
     argument_id,
     argument_query,
+    excerpts,
     ids_in,
     is_ours,
     may_offer,
@@ -159,6 +160,14 @@ def test_without_tool_on_a_body_without_tools_gives_an_empty_list() -> None:
     assert without_tool({"model": "m"}) == {"model": "m", "tools": []}
 
 
+def test_a_malformed_entry_in_the_clients_tools_is_left_for_the_upstream_to_judge() -> None:
+    # Not a tool object: the proxy neither mistakes it for its own nor drops it.
+    body = {"tools": ["read_file", CHAT_TOOL]}
+    offered = with_tool(body, responses=False)
+    assert offered["tools"] == ["read_file", CHAT_TOOL, tool(responses=False)]
+    assert without_tool(offered) == body
+
+
 # --- reading calls ---------------------------------------------------------------------------
 
 
@@ -191,6 +200,11 @@ def test_argument_query_reads_the_optional_query() -> None:
     assert argument_query('{"id": "rc_abcdefghij", "query": ""}') is None
     assert argument_query('{"id": "rc_abcdefghij"}') is None
     assert argument_query("{broken") is None
+
+
+@pytest.mark.parametrize("arguments", [None, '["query"]', '{"id": "rc_abcdefghij", "query": 3}'])
+def test_argument_query_is_none_when_the_arguments_give_no_text(arguments: object) -> None:
+    assert argument_query(arguments) is None
 
 
 # --- what a recall returns -------------------------------------------------------------------
@@ -267,3 +281,102 @@ def test_answer_of_several_messages_under_the_cap_is_their_transcript() -> None:
     found = [system("be brief"), user("hi")]
     said = answer("rc_abcdefghij", found, max_tokens=100, count=count)
     assert said == transcript(found)
+
+
+# --- a recall with a query -------------------------------------------------------------------
+
+
+def config_lines(n: int, **values: str) -> str:
+    """`n` lines of a config file, with `values` at the lines their keys name (`at_3="x"`)."""
+    lines = [f"option_{i} = default" for i in range(n)]
+    for key, value in values.items():
+        lines[int(key.removeprefix("at_"))] = value
+    return "\n".join(lines)
+
+
+def test_a_query_returns_the_lines_that_mention_it_with_two_either_side() -> None:
+    found = [tool_result("c1", config_lines(20, at_8="PORT=8080"))]
+    said = answer("rc_abcdefghij", found, max_tokens=500, count=count, query="port")
+    assert said == (
+        "[The parts of the recalled content (1 messages) that mention 'port':]\n\n"
+        "[tool]\n...\noption_6 = default\noption_7 = default\nPORT=8080\n"
+        "option_9 = default\noption_10 = default\n..."
+    )
+
+
+def test_a_query_marks_the_lines_left_out_between_two_mentions() -> None:
+    found = [tool_result("c1", config_lines(30, at_2="PORT=8080", at_20="ADMIN_PORT=9090"))]
+    said = answer("rc_abcdefghij", found, max_tokens=500, count=count, query="PORT")
+    shown = said.split("\n\n", 1)[1].splitlines()
+    assert shown == [
+        "[tool]",
+        *(f"option_{i} = default" for i in (0, 1)),
+        "PORT=8080",
+        *(f"option_{i} = default" for i in (3, 4)),
+        "...",
+        *(f"option_{i} = default" for i in (18, 19)),
+        "ADMIN_PORT=9090",
+        *(f"option_{i} = default" for i in (21, 22)),
+        "...",  # and the lines after them
+    ]
+
+
+def test_a_query_matches_any_of_its_words_ignoring_case() -> None:
+    found = [user("the token is TOKEN_A"), assistant("the region is eu-west")]
+    said = answer("rc_abcdefghij", found, max_tokens=500, count=count, query="Region token")
+    assert "[user]\nthe token is TOKEN_A" in said
+    assert "[assistant]\nthe region is eu-west" in said
+
+
+def test_a_query_keeps_the_newest_mentions_when_they_do_not_all_fit() -> None:
+    # A later value replaces an earlier one: the newest are the ones worth the room.
+    found = [
+        tool_result("c1", "TOKEN=first " + words(60)),
+        tool_result("c2", "TOKEN=second " + words(60)),
+        tool_result("c3", "TOKEN=third " + words(60)),
+    ]
+    said = answer("rc_abcdefghij", found, max_tokens=150, count=count, query="token")
+    assert said.startswith(
+        "[The parts of the recalled content (3 messages) that mention 'token'; the newest 2 of 3:]"
+    )
+    assert "TOKEN=first" not in said
+    assert said.index("TOKEN=second") < said.index("TOKEN=third")
+
+
+def test_a_query_nothing_mentions_returns_the_whole_content_saying_so() -> None:
+    found = [tool_result("c1", "PORT=8080")]
+    said = answer("rc_abcdefghij", found, max_tokens=500, count=count, query="password")
+    assert said == "[Nothing in it mentions 'password'; here it is whole.]\n\nPORT=8080"
+
+
+def test_a_whole_content_returned_for_a_query_is_cut_without_suggesting_a_query() -> None:
+    body = " ".join(f"w{i}" for i in range(1000))
+    said = answer(
+        "rc_abcdefghij", [tool_result("c1", body)], max_tokens=200, count=count, query="x"
+    )
+    assert said.startswith("[Nothing in it mentions 'x'")
+    assert "cut from the middle" in said
+    assert "Call it again with a query" not in said
+    assert count(said) <= 200
+
+
+def test_a_query_of_blanks_names_nothing_to_look_for() -> None:
+    assert excerpts([user("hello")], "  \t ", max_tokens=100, count=count) is None
+
+
+def test_a_query_matching_every_line_of_a_long_log_is_cut_to_the_cap() -> None:
+    """The newest matching block is kept even alone over the cap; the answer is then cut to
+    head and tail, or the round's request would not fit the window."""
+    log = "\n".join(f"error {i}: the build failed at step {i}" for i in range(2000))
+    said = answer(
+        "rc_abcdefghij", [tool_result("c1", log)], max_tokens=300, count=count, query="error"
+    )
+    assert count(said) <= 330
+    assert "cut from the middle" in said
+
+
+def test_a_query_naming_a_role_matches_no_message_by_its_header() -> None:
+    found = [user("hello"), tool_result("c1", "the tool said so")]
+    said = answer("rc_abcdefghij", found, max_tokens=500, count=count, query="tool")
+    assert "the tool said so" in said
+    assert "hello" not in said

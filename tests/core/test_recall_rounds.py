@@ -24,6 +24,7 @@ from proxy.core.recall_rounds import (
     responses_continued,
     responses_final,
     summed,
+    without_our_tool,
 )
 from tests.builders import user
 
@@ -196,6 +197,13 @@ def test_chat_final_with_earlier_text_and_no_content_of_its_own() -> None:
 def test_chat_final_leaves_a_length_finish_alone() -> None:
     answer = completion(recall_call(), finish="length")
     assert chat_final(answer, [], [])["choices"][0]["finish_reason"] == "length"
+
+
+def test_chat_final_of_an_answer_without_a_choice_still_reports_every_rounds_usage() -> None:
+    # A last round with nothing to say (a filtered answer): the client is billed for all.
+    answer = {"id": "chatcmpl-2", "object": "chat.completion", "choices": []}
+    final = chat_final(answer, ["Let me look."], [USAGE_1, USAGE_2])
+    assert final == {**answer, "usage": USAGE_SUM}
 
 
 def test_chat_text_is_what_the_answer_wrote() -> None:
@@ -432,6 +440,47 @@ def test_chat_stream_takes_usage_from_a_chunk_that_has_choices() -> None:
     assert closing[-1]["usage"] == USAGE_1
 
 
+def test_chat_stream_names_the_response_after_the_first_id_it_sees() -> None:
+    # A chunk without an id (some compatible servers send one) is relayed without one; the
+    # first id that comes names the response every later round continues.
+    stream = ChatStream()
+    bare = {k: v for k, v in chunk({"role": "assistant", "content": ""}).items() if k != "id"}
+    relayed = stream.feed(bare)
+    relayed += fed(stream, recall_round()[1:])
+    ours, _ = stream.end_round()
+    stream.continued({"messages": [user("q")]}, [(ours[0], "TOKEN=42")])
+    relayed += fed(stream, answer_round())
+    assert "id" not in relayed[0]
+    assert {c["id"] for c in relayed[1:]} == {"chatcmpl-1"}
+    assert stream.response_id == "chatcmpl-1"
+
+
+def test_chat_stream_drops_a_malformed_tool_call_delta() -> None:
+    stream = ChatStream()
+    assert stream.feed(chunk({"tool_calls": ["not a call"]})) == []
+    assert stream.end_round() == ([], False)
+
+
+def test_chat_stream_answers_the_proxys_call_under_an_id_sent_after_its_name() -> None:
+    # The call opens with its name only; its id and arguments follow in later deltas.
+    opened = {"index": 0, "type": "function", "function": {"name": TOOL}}
+    rest = {"index": 0, "id": "call_r", "function": {"arguments": json.dumps({"id": RID})}}
+    stream = ChatStream()
+    relayed = fed(stream, [chunk({"tool_calls": [opened]}), chunk({"tool_calls": [rest]})])
+    assert relayed == []
+    assert stream.end_round() == ([Call("call_r", RID)], False)
+    asked = stream.continued({"messages": []}, [(Call("call_r", RID), "TOKEN=42")])
+    assert asked["messages"][0]["tool_calls"] == [recall_call()]
+
+
+def test_chat_stream_cut_off_before_its_finish_closes_with_the_usage_alone() -> None:
+    stream = ChatStream()
+    fed(stream, [chunk({"content": "Half an ans"}), usage_chunk(USAGE_1)])
+    closing = stream.finish(with_usage=True)
+    assert [(c["id"], c["choices"], c["usage"]) for c in closing] == [("chatcmpl-1", [], USAGE_1)]
+    assert stream.finish(with_usage=False) == []
+
+
 # --- the Responses API -----------------------------------------------------------------------
 
 REASONING: JSON = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "enc"}
@@ -550,6 +599,20 @@ def test_responses_final_puts_earlier_messages_first_and_keeps_the_clients_calls
     final = responses_final(answer, earlier, [None, None])
     assert final["output"] == [earlier_message, REASONING, CLIENT_ITEM]
     assert "usage" not in final
+
+
+def test_responses_final_of_a_response_without_output_still_reports_every_rounds_usage() -> None:
+    answer = {"id": "resp_2", "object": "response", "status": "failed", "output": None}
+    final = responses_final(answer, [MESSAGE], [R_USAGE_1, R_USAGE_2])
+    assert final == {**answer, "usage": R_USAGE_SUM}
+
+
+def test_a_response_echoes_only_the_clients_tools() -> None:
+    client = {"type": "function", "name": "search", "parameters": {}}
+    ours = {"type": "function", "name": TOOL, "parameters": {}}
+    echoed = response(MESSAGE) | {"tools": [client, ours]}
+    assert without_our_tool(echoed) == {**echoed, "tools": [client]}
+    assert without_our_tool(response(MESSAGE)) == response(MESSAGE)  # it echoed none
 
 
 # --- the Responses stream --------------------------------------------------------------------
@@ -770,3 +833,71 @@ def test_responses_stream_finish_releases_a_reasoning_item_still_held() -> None:
         "response.output_item.done",
     ]
     assert [e["sequence_number"] for e in closing] == [1, 2]
+
+
+def test_responses_stream_relays_an_event_of_no_output_item_in_sequence() -> None:
+    seq = numbered()
+    stream = ResponsesStream()
+    events = [
+        event("response.created", seq, response=state("resp_1")),
+        event("response.output_item.added", seq, output_index=0, item=RECALL_ITEM),
+        event("error", seq, code="server_error", message="the model stopped"),
+    ]
+    relayed = fed_responses(stream, events)
+    assert [(e["type"], e["sequence_number"]) for e in relayed] == [
+        ("response.created", 0),
+        ("error", 1),
+    ]
+    assert relayed[1]["message"] == "the model stopped"
+
+
+def test_responses_stream_without_sequence_numbers_or_opening_keeps_the_providers_own() -> None:
+    # A compatible server that numbers no events and opens with no `response.created`: none
+    # is made up, and the completion keeps the id the provider gave it.
+    events: list[JSON] = [
+        {"type": "response.output_item.added", "output_index": 0, "item": MESSAGE},
+        {"type": "response.output_item.done", "output_index": 0, "item": MESSAGE},
+        {"type": "response.completed", "response": state("resp_9", "completed")},
+    ]
+    stream = ResponsesStream()
+    relayed = fed_responses(stream, events)
+    assert stream.end_round() == ([], False)
+    relayed += stream.finish()
+    assert all("sequence_number" not in e for e in relayed)
+    assert [e["type"] for e in relayed] == [
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert relayed[-1]["response"]["id"] == "resp_9"
+    assert relayed[-1]["response"]["output"] == [MESSAGE]
+
+
+def test_responses_stream_cut_off_before_its_completion_still_names_the_proxys_call() -> None:
+    stream = ResponsesStream()
+    fed_responses(stream, recall_response_round()[:-1])
+    assert stream.end_round() == ([Call("call_r", RID)], False)
+    assert stream.first_usage is None
+    assert stream.finish() == []
+
+
+def test_responses_stream_relays_a_closing_event_without_a_response_numbered() -> None:
+    seq = numbered()
+    stream = ResponsesStream()
+    relayed = fed_responses(stream, [event("response.created", seq, response=state("resp_1"))])
+    fed_responses(stream, [event("response.failed", seq)])
+    stream.end_round()
+    relayed += stream.finish()
+    assert [(e["type"], e["sequence_number"]) for e in relayed] == [
+        ("response.created", 0),
+        ("response.failed", 1),
+    ]
+    assert "response" not in relayed[-1]
+
+
+def test_a_refusal_with_no_round_asked_changes_nothing() -> None:
+    chat, responses = ChatStream(), ResponsesStream()
+    chat.refused()
+    responses.refused()
+    assert chat.finish(with_usage=True) == []
+    assert responses.finish() == []

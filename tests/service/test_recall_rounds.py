@@ -1,9 +1,9 @@
 """The recall rounds through the proxy app, answer by answer: the official SDK as the client,
 the mock provider scripted (`Reply`) to call `context_recall` as a model would.
 
-The conversation is compacted on its first request (its old tool results cleared, each
-placeholder naming an id), so each test reads the ids from what was forwarded and scripts
-the model's next answers with them.
+The conversation (`tests.service.recall_history`) is compacted on its first request (its old
+tool results cleared, each placeholder naming an id), so each test reads the ids from what was
+forwarded and scripts the model's next answers with them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,58 +26,16 @@ from tests.conftest import make_settings
 from tests.redis_server import RedisServer
 from tests.servers import serve
 from tests.service.agent_run import TOOLS
-
-WINDOW = 4000
-CONTEXT = {"output_reserved": 400, "keep_recent": 4}
-RECALL_ID = re.compile(r'context_recall\(id="(rc_[a-z2-7]{10})"\)')
-HIDDEN = "lemon-harbour"
-
-
-def _history(question: str = "Which port does the service use?") -> list[Any]:
-    messages: list[Any] = [
-        {"role": "system", "content": "You are an agent."},
-        {"role": "user", "content": "Read the config files one by one."},
-    ]
-    for n in range(6):
-        call = f"call_{n}"
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": call,
-                        "type": "function",
-                        "function": {
-                            "name": "read_file",
-                            "arguments": json.dumps({"path": f"etc/part_{n}.conf"}),
-                        },
-                    }
-                ],
-            }
-        )
-        lines = [f"option_{i} = some value for part {n} line {i}" for i in range(60)]
-        if n == 0:
-            lines.insert(3, f"secret_word = {HIDDEN}")
-        messages.append({"role": "tool", "tool_call_id": call, "content": "\n".join(lines)})
-    messages.append({"role": "assistant", "content": "All files read."})
-    messages.append({"role": "user", "content": question})
-    return messages
-
-
-def _recall(rid: str, call_id: str = "call_r1") -> ToolCall:
-    return ToolCall("context_recall", json.dumps({"id": rid}), id=call_id)
-
-
-def _ids(upstream: MockUpstream, index: int = -1) -> list[str]:
-    return RECALL_ID.findall(
-        json.dumps(upstream.requests[index].json(), ensure_ascii=False).replace('\\"', '"')
-    )
-
-
-def _tools(upstream: MockUpstream, index: int) -> list[str]:
-    body = upstream.requests[index].json()
-    return [t.get("function", t).get("name") for t in body.get("tools", [])]
+from tests.service.recall_history import (
+    CONTEXT,
+    HIDDEN,
+    WINDOW,
+    compacted_ids,
+    forwarded_ids,
+    history,
+    offered_tools,
+    recall,
+)
 
 
 @pytest.fixture
@@ -108,27 +65,17 @@ async def sdk(app: FastAPI) -> AsyncIterator[openai.AsyncOpenAI]:
         yield client
 
 
-async def _compacted_ids(sdk: openai.AsyncOpenAI, provider: MockUpstream) -> list[str]:
-    """Send the history once (it is compacted) and return the ids its placeholders name."""
-    provider.queue(Reply(content="Port 8080."))
-    await sdk.chat.completions.create(model="mock-model", messages=_history(), tools=TOOLS)
-    ids = _ids(provider)
-    assert ids, "the first request was not compacted with recall ids"
-    assert "context_recall" in _tools(provider, -1)
-    return ids
-
-
 async def test_only_the_final_answer_reaches_the_client_with_every_rounds_usage(
     sdk: openai.AsyncOpenAI, provider: MockUpstream
 ) -> None:
-    ids = await _compacted_ids(sdk, provider)
+    ids = await compacted_ids(sdk, provider)
     before = len(provider.requests)
     provider.queue(
-        Reply(content="Let me look. ", tool_calls=(_recall(ids[0]),)),
+        Reply(content="Let me look. ", tool_calls=(recall(ids[0]),)),
         Reply(content=f"The secret word is {HIDDEN}."),
     )
     answer = await sdk.chat.completions.create(
-        model="mock-model", messages=_history("What is the secret word?"), tools=TOOLS
+        model="mock-model", messages=history("What is the secret word?"), tools=TOOLS
     )
     message = answer.choices[0].message
     assert message.content == f"Let me look. The secret word is {HIDDEN}."
@@ -147,31 +94,31 @@ async def test_only_the_final_answer_reaches_the_client_with_every_rounds_usage(
 async def test_rounds_are_bounded_and_the_last_request_offers_no_recall(
     sdk: openai.AsyncOpenAI, provider: MockUpstream
 ) -> None:
-    ids = await _compacted_ids(sdk, provider)
+    ids = await compacted_ids(sdk, provider)
     before = len(provider.requests)
     provider.queue(
-        Reply(content=None, tool_calls=(_recall(ids[0], "r1"),)),
-        Reply(content=None, tool_calls=(_recall(ids[1], "r2"),)),
-        Reply(content="Still unsure.", tool_calls=(_recall(ids[2], "r3"),)),
+        Reply(content=None, tool_calls=(recall(ids[0], "r1"),)),
+        Reply(content=None, tool_calls=(recall(ids[1], "r2"),)),
+        Reply(content="Still unsure.", tool_calls=(recall(ids[2], "r3"),)),
         Reply(content="never asked"),
     )
-    answer = await sdk.chat.completions.create(model="mock-model", messages=_history(), tools=TOOLS)
+    answer = await sdk.chat.completions.create(model="mock-model", messages=history(), tools=TOOLS)
     assert answer.choices[0].message.content == "Still unsure."
     assert not answer.choices[0].message.tool_calls
     assert len(provider.requests) - before == 3  # the first answer and two recall rounds
-    assert "context_recall" in _tools(provider, before)
-    assert "context_recall" in _tools(provider, before + 1)
-    assert "context_recall" not in _tools(provider, before + 2)
+    assert "context_recall" in offered_tools(provider, before)
+    assert "context_recall" in offered_tools(provider, before + 1)
+    assert "context_recall" not in offered_tools(provider, before + 2)
 
 
 async def test_mixed_calls_return_the_clients_calls_only(
     sdk: openai.AsyncOpenAI, provider: MockUpstream
 ) -> None:
-    ids = await _compacted_ids(sdk, provider)
+    ids = await compacted_ids(sdk, provider)
     before = len(provider.requests)
     theirs = ToolCall("read_file", json.dumps({"path": "etc/part_9.conf"}), id="call_theirs")
-    provider.queue(Reply(content=None, tool_calls=(_recall(ids[0]), theirs)))
-    answer = await sdk.chat.completions.create(model="mock-model", messages=_history(), tools=TOOLS)
+    provider.queue(Reply(content=None, tool_calls=(recall(ids[0]), theirs)))
+    answer = await sdk.chat.completions.create(model="mock-model", messages=history(), tools=TOOLS)
     calls = answer.choices[0].message.tool_calls or []
     assert [c.id for c in calls] == ["call_theirs"]
     assert answer.choices[0].finish_reason == "tool_calls"
@@ -182,9 +129,9 @@ async def test_mixed_calls_return_the_clients_calls_only(
 async def test_an_unknown_id_gets_a_result_saying_so(
     sdk: openai.AsyncOpenAI, provider: MockUpstream, rid: str
 ) -> None:
-    await _compacted_ids(sdk, provider)
-    provider.queue(Reply(content=None, tool_calls=(_recall(rid),)), Reply(content="ok"))
-    answer = await sdk.chat.completions.create(model="mock-model", messages=_history(), tools=TOOLS)
+    await compacted_ids(sdk, provider)
+    provider.queue(Reply(content=None, tool_calls=(recall(rid),)), Reply(content="ok"))
+    answer = await sdk.chat.completions.create(model="mock-model", messages=history(), tools=TOOLS)
     assert answer.choices[0].message.content == "ok"
     result = provider.last.json()["messages"][-1]
     assert result["role"] == "tool"
@@ -203,10 +150,10 @@ async def test_another_conversations_or_tenants_id_is_not_resolved(
         http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
         max_retries=0,
     ) as a:
-        ids = await _compacted_ids(a, provider)
+        ids = await compacted_ids(a, provider)
         foreign = ids[0]
-        provider.queue(Reply(content=None, tool_calls=(_recall(foreign),)), Reply(content="B"))
-        other = [*_history("Something else entirely?")]
+        provider.queue(Reply(content=None, tool_calls=(recall(foreign),)), Reply(content="B"))
+        other = [*history("Something else entirely?")]
         other[1] = {"role": "user", "content": "A different task: read the files."}
         await a.chat.completions.create(model="mock-model", messages=other, tools=TOOLS)
         assert "No content is stored" in provider.last.json()["messages"][-1]["content"]
@@ -216,11 +163,11 @@ async def test_another_conversations_or_tenants_id_is_not_resolved(
         http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
         max_retries=0,
     ) as b:
-        provider.queue(Reply(content=None, tool_calls=(_recall(foreign),)), Reply(content="C"))
-        await b.chat.completions.create(model="mock-model", messages=_history(), tools=TOOLS)
+        provider.queue(Reply(content=None, tool_calls=(recall(foreign),)), Reply(content="C"))
+        await b.chat.completions.create(model="mock-model", messages=history(), tools=TOOLS)
         result = provider.last.json()["messages"][-1]["content"]
         # Tenant B's own compaction of the same history names other ids: A's is unknown.
-        assert foreign not in _ids(provider, -2)
+        assert foreign not in forwarded_ids(provider, -2)
         assert "No content is stored" in result
         assert HIDDEN not in result
 
@@ -228,14 +175,14 @@ async def test_another_conversations_or_tenants_id_is_not_resolved(
 async def test_an_id_from_an_earlier_request_is_resolved_from_the_store(
     sdk: openai.AsyncOpenAI, provider: MockUpstream
 ) -> None:
-    ids = await _compacted_ids(sdk, provider)
-    history = _history()
-    history += [
+    ids = await compacted_ids(sdk, provider)
+    asked = history()
+    asked += [
         {"role": "assistant", "content": "Port 8080."},
         {"role": "user", "content": "And the secret word?"},
     ]
-    provider.queue(Reply(content=None, tool_calls=(_recall(ids[0]),)), Reply(content="found"))
-    await sdk.chat.completions.create(model="mock-model", messages=history, tools=TOOLS)
+    provider.queue(Reply(content=None, tool_calls=(recall(ids[0]),)), Reply(content="found"))
+    await sdk.chat.completions.create(model="mock-model", messages=asked, tools=TOOLS)
     assert HIDDEN in provider.last.json()["messages"][-1]["content"]
 
 
@@ -246,7 +193,7 @@ async def test_no_recall_is_offered_when_the_client_rules_tools_out(
     sdk: openai.AsyncOpenAI, provider: MockUpstream, choice: Any
 ) -> None:
     await sdk.chat.completions.create(
-        model="mock-model", messages=_history(), tools=TOOLS, tool_choice=choice
+        model="mock-model", messages=history(), tools=TOOLS, tool_choice=choice
     )
     body = provider.last.json()
     assert "context_recall" not in json.dumps(body)
@@ -258,7 +205,7 @@ async def test_no_recall_is_offered_when_the_client_rules_tools_out(
 async def test_recall_off_leaves_the_request_as_before(
     sdk: openai.AsyncOpenAI, provider: MockUpstream
 ) -> None:
-    await sdk.chat.completions.create(model="mock-model", messages=_history(), tools=TOOLS)
+    await sdk.chat.completions.create(model="mock-model", messages=history(), tools=TOOLS)
     body = provider.last.json()
     assert "context_recall" not in json.dumps(body)
     assert [t["function"]["name"] for t in body["tools"]] == ["read_file"]
@@ -267,13 +214,13 @@ async def test_recall_off_leaves_the_request_as_before(
 async def test_a_stream_continues_as_one_response(
     app: FastAPI, sdk: openai.AsyncOpenAI, provider: MockUpstream
 ) -> None:
-    ids = await _compacted_ids(sdk, provider)
+    ids = await compacted_ids(sdk, provider)
     provider.queue(
-        Reply(content="Checking. ", tool_calls=(_recall(ids[0]),)),
+        Reply(content="Checking. ", tool_calls=(recall(ids[0]),)),
         Reply(content=f"It is {HIDDEN}."),
     )
     http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
-    body = {"model": "mock-model", "messages": _history(), "tools": TOOLS, "stream": True}
+    body = {"model": "mock-model", "messages": history(), "tools": TOOLS, "stream": True}
     async with http.stream("POST", "http://proxy/v1/chat/completions", json=body) as response:
         raw = b"".join([chunk async for chunk in response.aiter_raw()])
     events = [e for e in raw.split(b"\n\n") if e.strip()]
@@ -294,11 +241,11 @@ async def test_a_stream_continues_as_one_response(
 async def test_a_stream_with_usage_reports_every_round(
     sdk: openai.AsyncOpenAI, provider: MockUpstream
 ) -> None:
-    ids = await _compacted_ids(sdk, provider)
-    provider.queue(Reply(content=None, tool_calls=(_recall(ids[0]),)), Reply(content="Done."))
+    ids = await compacted_ids(sdk, provider)
+    provider.queue(Reply(content=None, tool_calls=(recall(ids[0]),)), Reply(content="Done."))
     stream = await sdk.chat.completions.create(
         model="mock-model",
-        messages=_history(),
+        messages=history(),
         tools=TOOLS,
         stream=True,
         stream_options={"include_usage": True},
@@ -315,12 +262,12 @@ async def test_a_client_leaving_mid_recall_closes_the_upstream_stream(
 ) -> None:
     """On real sockets (a hang-up is what tells the proxy): the client leaves while the round
     after a recall streams; the proxy hangs up on the upstream in turn."""
-    ids = await _compacted_ids(sdk, provider)
+    ids = await compacted_ids(sdk, provider)
     provider.queue(
-        Reply(content="One moment. ", tool_calls=(_recall(ids[0]),)),
+        Reply(content="One moment. ", tool_calls=(recall(ids[0]),)),
         Reply(content="tick", endless=True, chunk_delay_s=0.01),
     )
-    body = {"model": "mock-model", "messages": _history(), "tools": TOOLS, "stream": True}
+    body = {"model": "mock-model", "messages": history(), "tools": TOOLS, "stream": True}
     async with serve(app) as proxy_url:
         async with (
             httpx2.AsyncClient(
@@ -354,14 +301,14 @@ async def test_with_the_store_down_a_recall_says_unavailable(
             async with openai.AsyncOpenAI(
                 api_key="sk-down", base_url="http://proxy/v1", http_client=http, max_retries=0
             ) as client:
-                await _compacted_ids(client, provider)
+                await compacted_ids(client, provider)
                 redis_server.stop()
                 provider.queue(
-                    Reply(content=None, tool_calls=(_recall("rc_aaaaaaaaaa"),)),
+                    Reply(content=None, tool_calls=(recall("rc_aaaaaaaaaa"),)),
                     Reply(content="answered anyway"),
                 )
                 answer = await client.chat.completions.create(
-                    model="mock-model", messages=_history(), tools=TOOLS
+                    model="mock-model", messages=history(), tools=TOOLS
                 )
     assert answer.choices[0].message.content == "answered anyway"
     assert "cannot be reached" in provider.last.json()["messages"][-1]["content"]
@@ -374,12 +321,12 @@ async def test_operators_see_each_recall(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="proxy.access")
-    ids = await _compacted_ids(sdk, provider)
+    ids = await compacted_ids(sdk, provider)
     provider.queue(
-        Reply(content=None, tool_calls=(_recall(ids[0], "r1"), _recall("rc_aaaaaaaaaa", "r2"))),
+        Reply(content=None, tool_calls=(recall(ids[0], "r1"), recall("rc_aaaaaaaaaa", "r2"))),
         Reply(content="done"),
     )
-    await sdk.chat.completions.create(model="mock-model", messages=_history(), tools=TOOLS)
+    await sdk.chat.completions.create(model="mock-model", messages=history(), tools=TOOLS)
     await app.state.service.settle()
     http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://proxy")
     metrics = (await http.get("/metrics")).text
