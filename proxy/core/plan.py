@@ -268,9 +268,7 @@ class SummaryTask:
 
     def note(self, summary: str) -> str:
         """`summary` as the note that stands for the span (what a later compaction folds)."""
-        return summary_text(
-            summary, condensed=len(self.span), tools=self.tools, recall=self.recall
-        )
+        return summary_text(summary, condensed=len(self.span), tools=self.tools, recall=self.recall)
 
 
 @dataclass(frozen=True, slots=True)
