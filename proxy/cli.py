@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default: 8080)")
+    serve.add_argument(
+        "--workers", type=int, help="processes serving the port (default: 1; more need --redis)"
+    )
     serve.add_argument("--upstream", metavar="URL", help="upstream base URL, with its /v1")
     serve.add_argument("--redis", metavar="URL", help="Redis URL; empty for the embedded store")
     serve.add_argument(
@@ -127,6 +132,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     flags = {
         ("server", "host"): getattr(args, "host", None),
         ("server", "port"): getattr(args, "port", None),
+        ("server", "workers"): getattr(args, "workers", None),
         ("upstream", "base_url"): getattr(args, "upstream", None),
         ("redis", "url"): getattr(args, "redis", None),
         ("log", "level"): getattr(args, "log_level", None),
@@ -172,6 +178,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     from proxy.observability.logs import configure_logging
     from proxy.web import create_app
+    from proxy.web.workers import WORKER_ARGS
 
     configure_logging(settings.log.level, settings.log.format)
     # URLs may carry credentials (https://user:pass@host/v1): the log shows them hidden.
@@ -181,8 +188,19 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         redact(settings.upstream.base_url),
         f"redis at {redact(settings.redis.url)}" if settings.redis.url else "embedded",
     )
+    workers = settings.server.workers
+    if workers > 1:
+        # Each worker process builds the app from the same inputs (it re-reads the config
+        # file and inherits the environment); the metrics of all of them are summed at
+        # /metrics, whichever worker answers it.
+        os.environ[WORKER_ARGS] = json.dumps(
+            {"config": str(args.config) if args.config else None, "overrides": _overrides(args)}
+        )
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="compaction-proxy-")
     uvicorn.run(
-        create_app(settings),
+        "proxy.web.workers:worker_app" if workers > 1 else create_app(settings),
+        factory=workers > 1,
+        workers=workers if workers > 1 else None,
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.log.level,

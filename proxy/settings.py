@@ -336,6 +336,9 @@ class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    workers: int = Field(default=1, ge=1, le=64)
+    """Processes serving the port (one core each); more than one needs `redis.url`, where
+    they share sessions, checkpoints and summaries."""
 
 
 class LogSettings(_Section):
@@ -421,6 +424,18 @@ class Settings(_Section):
     def hook_rules(self) -> tuple[core_hooks.Hook, ...]:
         """The declared hooks as the core's values (the default hook is added per model)."""
         return tuple(hook.core() for hook in self.hooks)
+
+    @model_validator(mode="after")
+    def _workers_share_a_store(self) -> Settings:
+        # The embedded store lives in one process: workers would each keep their own
+        # sessions, and a conversation's checkpoint would be found only by the worker that
+        # happened to compact it.
+        if self.server.workers > 1 and not self.redis.url:
+            raise ValueError(
+                "server.workers above 1 needs redis.url: the embedded store lives in one "
+                "process, and the workers would not share their sessions"
+            )
+        return self
 
     @model_validator(mode="after")
     def _model_policies_consistent(self) -> Settings:

@@ -208,7 +208,8 @@ class TurnPoint:
     tokens_after: int
     """What was forwarded for it."""
     action: str
-    """`none`, or the compaction strategy applied on this turn."""
+    """`none`, the compaction strategy applied on this turn, or `refused` (the proxy answered
+    that even compacted it cannot fit the window; nothing was forwarded)."""
     recalls: int = 0
     """`context_recall` calls the proxy answered for this turn's answer."""
 

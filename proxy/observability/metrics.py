@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec
 
@@ -26,6 +27,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 
 logger = logging.getLogger("proxy.metrics")
@@ -121,6 +123,8 @@ class Metrics:
             f"{PREFIX}active_streams",
             "Streamed chat completions being relayed now.",
             registry=registry,
+            # With several workers (`serve --workers`): the sum of the live ones'.
+            multiprocess_mode="livesum",
         )
 
     def _register_compaction(self, registry: CollectorRegistry) -> None:
@@ -176,6 +180,7 @@ class Metrics:
             f"{PREFIX}summarizer_breaker_open",
             "1 while the summarizer's circuit breaker is open (it failed repeatedly), else 0.",
             registry=registry,
+            multiprocess_mode="livemax",  # 1 while any worker's is open
         )
         self._summary_latency = Histogram(
             f"{PREFIX}summarizer_latency_seconds",
@@ -235,6 +240,7 @@ class Metrics:
             "1 while the session store's circuit breaker is open (calls skipped until it "
             "answers a PING), else 0.",
             registry=registry,
+            multiprocess_mode="livemax",
         )
 
     @_never_raises
@@ -356,5 +362,18 @@ class Metrics:
         self._streams.dec()
 
     def exposition(self) -> tuple[bytes, str]:
-        """The registry in Prometheus' text format, and its content type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        """The registry in Prometheus' text format, and its content type: with several
+        workers (`serve --workers`, which sets PROMETHEUS_MULTIPROC_DIR for them), every
+        worker's metrics summed, whichever worker answers the scrape."""
+        shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not shared:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=shared)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+    @staticmethod
+    def worker_ended() -> None:
+        """This worker is gone: its live gauges no longer count (its counters still do)."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]

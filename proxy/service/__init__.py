@@ -174,7 +174,7 @@ class ProxyService:
                 else:
                     outcome = await self._compacted(turn)
                     access = replace(access, outcome=outcome)
-                    _check_fits(turn, outcome)
+                    self._check_fits(turn, outcome)
                     answer = await self._chat.forward(turn, outcome, watch)
                     access = replace(access, outcome=answer.outcome)
                     reply = self._answered(turn, answer)
@@ -189,6 +189,24 @@ class ProxyService:
         outcome = await self._compactor.before_forward(turn)
         sent = self._sent.of(turn, turn.checkpoint, outcome.tokens_before)
         return replace(outcome, sent=sent)
+
+    def _check_fits(self, turn: Turn, outcome: Outcome) -> None:
+        """Raise the provider's own overflow error when compaction had its chance and what is
+        left is still over the window: forwarding it would only fetch that error. The turn
+        is recorded as refused, with the tokens it carried (the session API shows it)."""
+        if outcome.tried and turn.budget.beyond_window(outcome.tokens_after):
+            self._spawn(self._refused(turn, outcome))
+            raise _cannot_fit(turn, outcome)
+
+    async def _refused(self, turn: Turn, outcome: Outcome) -> None:
+        await self._archive(turn)
+        # What it carried, and nothing forwarded.
+        point = replace(
+            reports.turn_point(turn, outcome, outcome.sent), action="refused", tokens_after=0
+        )
+        await self.memory.record_turn(
+            turn.tenant, turn.session, point, reports.context_numbers(turn, outcome).to_json(), None
+        )
 
     def _answered(self, turn: Turn, answer: Answer) -> Reply:
         """The answer with its compaction headers; what the turn leaves behind (the archive,
@@ -286,24 +304,33 @@ class ProxyService:
         self._turns.policies = policies
 
     async def passthrough(self, incoming: Incoming, body: AsyncIterable[bytes] | None) -> Reply:
-        """Forward any other `/v1/*` request untouched, streaming both bodies.
+        """Forward any other `/v1/*` request untouched, streaming both bodies, with its own
+        access line (method, path, status, times) like every request.
 
         Raises AuthenticationError, before anything is sent, for a key `auth.keys` does not
         list: the proxy's upstream key is never lent to an unknown caller.
         """
-        self.tenant_of(credentials_of(incoming))
-        response = await self._upstream.send(
-            UpstreamRequest(
-                method=incoming.method,
-                path=incoming.path,
-                query=incoming.query,
-                headers=upstream_request_headers(
-                    incoming.headers, api_key=self._api_key, keep_content_length=True
-                ),
-                body=body,
+        watch = Stopwatch(self.metrics)
+        access = Access(action="passthrough", method=incoming.method, path=incoming.path)
+        try:
+            access = replace(access, tenant=self.tenant_of(credentials_of(incoming)))
+            response = await watch.headers(
+                self._upstream.send(
+                    UpstreamRequest(
+                        method=incoming.method,
+                        path=incoming.path,
+                        query=incoming.query,
+                        headers=upstream_request_headers(
+                            incoming.headers, api_key=self._api_key, keep_content_length=True
+                        ),
+                        body=body,
+                    )
+                )
             )
-        )
-        return streamed(response)
+        except BaseException as exc:
+            watch.failed(access, exc)
+            raise
+        return watch.relay(streamed(response), access)
 
     def details(self) -> dict[str, str]:
         """What works in a degraded way, by part (the proxy still serves): empty when all
@@ -354,14 +381,11 @@ def _command(request: ChatRequest) -> Command | None:
     return command_of(request.messages) if request.api is Api.CHAT else None
 
 
-def _check_fits(turn: Turn, outcome: Outcome) -> None:
-    """Raise the provider's own overflow error when compaction had its chance and what is
-    left is still over the window: forwarding it would only fetch that error."""
-    if outcome.tried and turn.budget.beyond_window(outcome.tokens_after):
-        raise _cannot_fit(turn, outcome)
-
-
 def _cannot_fit(turn: Turn, outcome: Outcome) -> ContextLengthExceededError:
+    """The provider's own overflow error, stating the numbers the proxy used: its window, what
+    the prompt came to after compaction, the room the provider leaves the prompt, and the
+    usable input the proxy compacted toward (the window less the answer's reserve and the
+    safety margin)."""
     budget = turn.budget
     room = budget.context_window - budget.stated_output
     asked = (
@@ -370,8 +394,10 @@ def _cannot_fit(turn: Turn, outcome: Outcome) -> ContextLengthExceededError:
     return ContextLengthExceededError(
         f"This model's maximum context length is {budget.context_window} tokens. However, your "
         f"messages resulted in about {budget.estimate(outcome.tokens_after)} tokens even after "
-        f"compaction-proxy compacted everything it could{asked} ({room} tokens are left for "
-        "the prompt). Please reduce the length of the messages, the tools or the instructions.",
+        f"compaction-proxy compacted everything it could{asked}: the provider leaves {room} "
+        f"tokens for the prompt, and the proxy compacts toward {budget.available} (the window "
+        f"less {budget.output_reserve} reserved for the answer and {budget.margin} of safety "
+        "margin). Please reduce the length of the messages, the tools or the instructions.",
         param="input" if turn.request.api is Api.RESPONSES else "messages",
     )
 

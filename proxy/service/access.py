@@ -55,16 +55,22 @@ class Access:
     outcome: Outcome | None = None
     action: str | None = None
     """Set when no compaction was considered: `off` (X-Compaction: off), `command`,
-    `server_state`."""
+    `server_state`, `passthrough` (any other `/v1/*` request, forwarded untouched)."""
+    method: str | None = None
+    path: str | None = None
+    """A passthrough's method and path (relative to `/v1/`): its line says what it was."""
+    tenant: str | None = None
+    """The tenant, when known without a turn (a passthrough)."""
 
     def fields(self, status: int) -> dict[str, Any]:
         """The log line's fields known from the request (null when unknown); the
         stopwatch adds its latencies."""
         request, turn, outcome = self.request, self.turn, self.outcome
+        tenant = turn.tenant if turn else self.tenant
         fields: dict[str, Any] = {
             "api": request.api.value if request else None,
             "session": turn.session if turn else None,
-            "tenant": turn.tenant[:TENANT_CHARS] if turn else None,
+            "tenant": tenant[:TENANT_CHARS] if tenant else None,
             "model": request.model if request else None,
             "stream": request.stream if request else False,
             "status": status,
@@ -73,6 +79,8 @@ class Access:
             "tokens_after": None,
             "pressure": None,
         }
+        if self.path is not None:
+            fields["method"], fields["path"] = self.method, f"/v1/{self.path}"
         if turn is not None and outcome is not None:
             budget = turn.budget
             fields["tokens_before"] = budget.estimate(outcome.sent or outcome.tokens_before)
@@ -122,7 +130,9 @@ class Stopwatch:
     def relay(self, reply: Reply, access: Access) -> Reply:
         """`reply`, reported now and logged once it has been sent (a stream: at its end)."""
         self.ready_s = time.perf_counter() - self._started
-        self._metrics.overhead(self.ready_s - self.waited_s)
+        if access.request is not None:
+            # The proxy's time on the requests it reads (a passthrough's is a few headers).
+            self._metrics.overhead(self.ready_s - self.waited_s)
         if access.turn is not None and access.outcome is not None:
             self._metrics.pressure(access.turn.budget.pressure(access.outcome.tokens_after))
         if isinstance(reply.body, bytes):
@@ -161,7 +171,8 @@ class Stopwatch:
         fields = self.fields(access, status)
         if aborted:
             fields["aborted"] = True
-        logger.info("response" if fields["api"] == "responses" else "chat completion", extra=fields)
+        kind = "passthrough" if access.action == "passthrough" else fields["api"]
+        logger.info(_MESSAGES.get(kind, "chat completion"), extra=fields)
 
     def fields(self, access: Access, status: int) -> dict[str, Any]:
         """The log line's fields (all of them, null when unknown)."""
@@ -179,6 +190,10 @@ class Stopwatch:
         if self._log_content and access.request is not None:
             fields["content"] = last_user_text(access.request.messages)
         return fields
+
+
+# The message of each kind of line: what the request was.
+_MESSAGES = {"responses": "response", "passthrough": "passthrough"}
 
 
 def last_user_text(messages: list[Message]) -> str | None:

@@ -109,6 +109,7 @@ def create_app(
             if brain_client is not client:
                 await brain_client.aclose()
             await sessions.aclose()
+            metrics.worker_ended()
 
     # /docs documents the session API; the proxied OpenAI API is OpenAI's own, not ours.
     app = FastAPI(

@@ -24,7 +24,11 @@ from proxy.observability.metrics import Metrics
 # per path would make a time series per file id, model or session in passthrough paths.
 ROUTE_PREFIXES = (
     ("/v1/chat/completions", "chat_completions"),
+    ("/v1/responses/compact", "responses_compact"),
     ("/v1/responses", "responses"),
+    ("/v1/messages", "messages"),
+    ("/v1/models", "models"),
+    ("/v1/embeddings", "embeddings"),
     ("/v1/compaction/", "admin"),
     ("/v1/", "passthrough"),
     ("/healthz", "health"),

@@ -166,9 +166,26 @@ async def test_a_request_nothing_can_fit_is_answered_by_the_proxy(
             await client.chat.completions.create(
                 model="mock-model", messages=[instructions, {"role": "user", "content": "hi"}]
             )
+        await app.state.service.settle()
+        api = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://proxy")
+        auth = {"authorization": f"Bearer {KEY}"}
+        sessions = (await api.get("/v1/compaction/sessions", headers=auth)).json()["data"]
+        url = f"/v1/compaction/sessions/{sessions[0]['id']}"
+        detail = (await api.get(url, headers=auth)).json()
     assert raised.value.code == "context_length_exceeded"
-    assert "maximum context length is 8192 tokens" in raised.value.message
+    message = raised.value.message
+    assert "maximum context length is 8192 tokens" in message
+    # The numbers the proxy used: the room the provider leaves, and the usable input it
+    # compacted toward (the window less the answer's reserve and the margin).
+    assert "the provider leaves 8192 tokens for the prompt" in message
+    assert "the proxy compacts toward 5898 (the window less 2048 reserved" in message
     assert not [r for r in upstream.requests if r.path.endswith("/chat/completions")]
+    # Recorded as refused, with the tokens it carried: nothing was forwarded.
+    (point,) = detail["timeline"]
+    assert point["action"] == "refused"
+    assert point["tokens_before"] > 8192  # about 11.7k: over the window
+    assert point["tokens_after"] == 0
+    assert sessions[0]["tokens_sent"] == point["tokens_before"]
 
 
 @pytest.mark.parametrize("strategy", ["truncate", "clear_tool_results", "summarize"])

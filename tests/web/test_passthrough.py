@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import httpx
@@ -71,3 +72,25 @@ async def test_get_on_chat_completions_passes_through(
     response = await client.get("/v1/chat/completions", params={"limit": "1"})
     assert response.status_code == 200
     assert (upstream.last.method, upstream.last.query) == ("GET", "limit=1")
+
+
+async def test_every_passthrough_gets_an_access_line_and_a_route(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Operators see every request: a passthrough's line names its method, path, status
+    and times, and the request counter its route (a fixed set of names)."""
+    caplog.set_level(logging.INFO, logger="proxy.access")
+    headers = {"authorization": "Bearer sk-passing"}
+    await client.post("/v1/messages?beta=true", json={"model": "m"}, headers=headers)
+    await client.get("/v1/files/file-1/content", headers=headers)
+    lines = [r for r in caplog.records if r.name == "proxy.access"]
+    assert [r.getMessage() for r in lines] == ["passthrough", "passthrough"]
+    first, second = lines
+    assert (first.method, first.path, first.status) == ("POST", "/v1/messages", 200)  # type: ignore[attr-defined]
+    assert (second.method, second.path) == ("GET", "/v1/files/file-1/content")  # type: ignore[attr-defined]
+    assert first.tenant
+    assert first.upstream_ms >= 0
+    assert first.latency_ms >= first.upstream_ms
+    metrics = (await client.get("/metrics")).text
+    assert 'compaction_proxy_requests_total{route="messages",status="200"} 1.0' in metrics
+    assert 'compaction_proxy_requests_total{route="passthrough",status="200"} 1.0' in metrics

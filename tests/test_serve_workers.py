@@ -1,0 +1,63 @@
+"""`compaction-proxy serve --workers 2`: two processes on one port, sharing Redis, their
+metrics summed whichever answers the scrape; refused on the embedded store."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import httpx
+import openai
+
+from proxy.mock_upstream import MockUpstream
+from tests.redis_server import RedisServer
+from tests.servers import proxy_process, serve_in_thread
+
+
+def _served_by(metrics: str) -> float:
+    found = re.search(
+        r'compaction_proxy_requests_total\{route="chat_completions",status="200"\} (\S+)', metrics
+    )
+    return float(found[1]) if found else 0.0
+
+
+def test_two_workers_share_the_store_and_the_metrics(redis_server: RedisServer) -> None:
+    upstream = MockUpstream()
+    with (
+        serve_in_thread(upstream.app) as mock_url,
+        proxy_process(
+            ["--upstream", f"{mock_url}/v1", "--redis", redis_server.url, "--workers", "2"]
+        ) as proxy_url,
+        openai.OpenAI(api_key="sk-workers", base_url=f"{proxy_url}/v1", max_retries=0) as sdk,
+    ):
+        for turn in range(20):
+            # New connections: the kernel spreads them over the two workers.
+            with httpx.Client(base_url=proxy_url) as http:
+                answer = http.post(
+                    "/v1/chat/completions",
+                    json={"model": "m", "messages": [{"role": "user", "content": f"hi {turn}"}]},
+                    headers={"authorization": "Bearer sk-workers"},
+                )
+                assert answer.status_code == 200
+        sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "and"}])
+        scrapes = [_served_by(httpx.get(f"{proxy_url}/metrics").text) for _ in range(6)]
+    # Every scrape counts all 21 requests, whichever of the two workers answered it.
+    assert scrapes == [21.0] * 6
+    chats = [r for r in upstream.requests if r.path == "/v1/chat/completions"]
+    assert len(chats) == 21
+    # Each worker looks the model's window up once, for itself.
+    assert 1 <= len([r for r in upstream.requests if r.path == "/v1/models"]) <= 2
+
+
+def test_workers_need_redis() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COMPACTION_PROXY_REDIS__URL": ""},
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "server.workers above 1 needs redis.url" in result.stderr
