@@ -202,10 +202,10 @@ class ChatStream:
 
     def _framed(self, chunk: JSON) -> JSON:
         """`chunk` as part of the first round's response, its usage kept for the end."""
-        if self.response_id is None and isinstance(chunk.get("id"), str):
-            self.response_id = chunk["id"]
         if not self._frame:
             self._frame = {k: chunk[k] for k in ("created", "model") if k in chunk}
+        if self.response_id is None and isinstance(chunk.get("id"), str):
+            self.response_id = chunk["id"]
         elif self.response_id is not None and "id" in chunk:
             chunk = {**chunk, "id": self.response_id}
         if isinstance(chunk.get("usage"), dict):
