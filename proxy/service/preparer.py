@@ -278,12 +278,17 @@ class Preparer:
             self._remember(self._unstored, (tenant, key), summary, MAX_KEPT)
 
     async def _flush(self) -> None:
-        """Store what was written while the store was down, now that it may be back."""
+        """Store what was written while the store was down, now that it may be back.
+
+        Several jobs flush at once (one per slot): each takes its summary out of the table
+        before storing it, so no two store the same one, and one the store refuses goes
+        back at the front (unless a newer summary of its key came meanwhile)."""
         while self._unstored:
-            (tenant, key), summary = next(iter(self._unstored.items()))
+            (tenant, key), summary = self._unstored.popitem(last=False)
             if not await self._memory.put_summary(tenant, key, _stored(summary)):
+                self._unstored.setdefault((tenant, key), summary)
+                self._unstored.move_to_end((tenant, key), last=False)
                 return
-            del self._unstored[(tenant, key)]
 
     def _remember(self, table: OrderedDict[Any, Any], key: Any, value: Any, bound: int) -> None:
         table.pop(key, None)

@@ -496,3 +496,33 @@ async def test_one_failed_summary_does_not_stop_the_next(parts: Parts) -> None:
     assert preparer.state() is None
     await prepared(parts, session="b", topic="b")
     assert parts.counted("summaries_prepared") == 1
+
+
+async def test_jobs_storing_what_the_outage_kept_at_once_each_store_it_once(
+    request: pytest.FixtureRequest, redis_server: RedisServer
+) -> None:
+    """Summaries written while the store was down wait here; the jobs that start once it is
+    back store them first, several at once: none may fail for another having stored it (a
+    replica's log showed 'a background summary failed: KeyError' after a Redis restart)."""
+    async with store_of("redis", request, timeout_s=0.3) as store:
+        async for parts in build(policy=POLICY, store=store):
+            preparer = parts.compactor.preparer
+            redis_server.stop()
+            kept = []
+            for topic in ("one", "two", "three", "four", "five", "six"):
+                turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
+                dropped = fallback_of(turn)
+                preparer.fold(turn, dropped)
+                kept.append((turn.tenant, dropped.covers or ""))
+            await preparer.settle()
+            redis_server.start()
+            while parts.memory.down:
+                await parts.memory.find_summaries("t", ["k"])
+                await asyncio.sleep(0.05)
+            for topic in ("seven", "eight", "nine", "ten"):
+                turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
+                preparer.fold(turn, fallback_of(turn))
+            await preparer.settle()
+            assert parts.counted("background_task_failures") == 0
+            for tenant, key in kept:
+                assert list(await store.find_summaries(tenant, [key])) == [key]
