@@ -181,7 +181,7 @@ class Compactor:
         if plan.reason == "cooldown":
             # Over the trigger, yet just compacted: by a request that stored its checkpoint
             # after this one looked for it (the two were read at once). Forward that one.
-            stored = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
+            stored = await self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
             if outcome.newer(stored):
                 return outcome.over(turn, stored)
         return outcome
@@ -194,8 +194,8 @@ class Compactor:
         keys = need.keys
         fold = note_key(need.anchor, turn.session) if need.anchor and turn.session else None
         stored, found = await asyncio.gather(
-            self._memory.find_checkpoint(turn.tenant, turn.hashes),
-            self.preparer.find(turn.tenant, [*([fold] if fold else []), *keys]),
+            self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes),
+            self.preparer.find(turn.tenant, turn.session, [*([fold] if fold else []), *keys]),
         )
         if outcome.newer(stored):
             # Another request compacted this conversation since this one was read: forward
@@ -251,7 +251,7 @@ class Compactor:
                 return outcome.over(turn, waited)
             return (await self.freeze(turn, need.fallback(), trigger, outcome)).outcome
         try:
-            stored = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
+            stored = await self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
             if outcome.newer(stored):
                 return outcome.over(turn, stored)
             started = time.perf_counter()
@@ -271,7 +271,7 @@ class Compactor:
         deadline = time.monotonic() + LOCK_WAIT_S
         while time.monotonic() < deadline:
             await asyncio.sleep(_POLL_S)
-            found = await self._memory.find_checkpoint(turn.tenant, turn.hashes)
+            found = await self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
             if outcome.newer(found):
                 return found
         return None
@@ -331,7 +331,7 @@ class Compactor:
                 strategy=result.strategy,
             )
         else:
-            stored = await self._memory.put_checkpoint(turn.tenant, made)
+            stored = await self._memory.put_checkpoint(turn.tenant, turn.session, made)
             outcome = outcome.over(turn, stored)
             if stored is not made:
                 return Frozen(outcome, stored=False)

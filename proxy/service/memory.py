@@ -5,12 +5,18 @@ no checkpoint found, a fresh session state, nothing recorded. The proxy then com
 the request alone and keeps serving. The outage is logged once when it starts and once when
 the store answers again, not on every request.
 
-A failed call opens a circuit breaker: from then on calls are not made at all (each is
-served as if the store had nothing) until the store answers a PING, tried off the request
-path at most once per `probe_interval_s`. A hung Redis thus costs the requests in flight
-one store timeout (the adapter bounds each call whole), and the next ones nothing. Every
-call served around the store is counted (`store_errors`), and every write among them too
-(`store_writes_lost`): what the outage did not remember.
+A failed call opens a circuit breaker for the part of the store that failed (its scope): the
+whole store (a single Redis, Sentinel's master, a cluster refusing every key), or one Redis
+Cluster node. While the whole store is out, calls are not made at all (each is served as if
+the store had nothing); while a node is, the store fails at once the calls that would go to
+it (`Store.fence`), and the calls to the other nodes go on. Either way a probe pings the
+failed part off the request path, at most once per `probe_interval_s`, until it answers: a
+node answers when it is back, or when the cluster has promoted its replica (its slots are
+served elsewhere). A hung Redis thus costs the requests in flight one store timeout (the
+adapter bounds each call whole), and the next ones nothing; a dead master costs the requests
+whose keys it served, never the others. Each outage is logged once when it starts and once
+when it ends, per scope. Every call served around the store is counted (`store_errors`), and
+every write among them too (`store_writes_lost`): what the outage did not remember.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from proxy.adapters.store import Store, StoreUnavailableError
+from proxy.adapters.store import WHOLE, SessionNotIndexedError, Store, StoreUnavailableError
 from proxy.core.messages import Message
 from proxy.core.session import Checkpoint, CompactionRecord, SessionState, TurnPoint
 from proxy.observability.metrics import Metrics
@@ -58,11 +64,11 @@ class Memory:
         self._metrics = metrics
         # The breaker: the summarizer's (`proxy.core.breaker`) lets every caller through
         # once its cool-off ends, and with a hung store each of them would wait; here no
-        # request tries the store while it is open, one background PING does.
-        self._down = False
+        # request tries a failed part of the store while it is open, one background probe
+        # does. One scope per part that failed (`WHOLE`, or a cluster node).
+        self._down: set[str] = set()
         self._probe_interval_s = probe_interval_s
-        self._probe_at = 0.0
-        self._probe: asyncio.Task[None] | None = None
+        self._probes: dict[str, asyncio.Task[None]] = {}
         self._closed = False
         self._facts: dict[tuple[str, str, str], tuple[float, float | None]] = {}
 
@@ -77,18 +83,21 @@ class Memory:
     async def _must(self, call: Coroutine[Any, Any, _T], *, write: bool = False) -> _T:
         """`call`'s value; raises `StoreUnavailableError` when the store failed or its
         breaker is open, counted and logged as a call `_try` serves around the store."""
-        if self._down:
+        if WHOLE in self._down:
             call.close()  # never awaited: closed, so Python does not warn about it
             self._served_around(write)
-            self._start_probe()
             raise StoreUnavailableError("the session store is unavailable (breaker open)")
         try:
             value = await call
         except StoreUnavailableError as exc:
+            # A call to a fenced node lands here too, failed at once: counted, not logged.
             self._served_around(write)
             self._open(exc)
             raise
-        self._close()
+        # The store answered: as a whole, it is up (a call in flight when it went may come
+        # back after the breaker opened). A node's outage ends by its probe only: a call
+        # that succeeded went to other nodes.
+        self._close(WHOLE)
         return value
 
     def _served_around(self, write: bool) -> None:
@@ -100,61 +109,79 @@ class Memory:
                 self._metrics.store_write_lost()
 
     def _open(self, exc: StoreUnavailableError) -> None:
-        if self._down:
+        scope = exc.scope
+        if scope in self._down:
             return
-        logger.warning("session store unavailable, serving without it: %s", exc)
-        self._down = True
-        self._probe_at = time.monotonic()  # the next call may probe at once
+        logger.warning("session store unavailable%s, serving without it: %s", _at(scope), exc)
+        self._down.add(scope)
+        self.store.fence(scope, down=True)
         if self._metrics is not None:
             self._metrics.store_breaker(open_=True)
+        if not self._closed:
+            self._probes[scope] = asyncio.create_task(self._probe(scope))
 
-    def _close(self) -> None:
-        if not self._down:
+    def _close(self, scope: str) -> None:
+        if scope not in self._down:
             return
-        logger.warning("session store is back")
-        self._down = False
+        logger.warning("session store is back%s", _at(scope))
+        self._down.discard(scope)
+        self.store.fence(scope, down=False)
         if self._metrics is not None:
-            self._metrics.store_breaker(open_=False)
+            self._metrics.store_breaker(open_=bool(self._down))
 
-    def _start_probe(self) -> None:
-        """A PING in the background, unless one runs or the last was under an interval ago."""
-        now = time.monotonic()
-        if self._closed or self._probe is not None or now < self._probe_at:
-            return
-        self._probe_at = now + self._probe_interval_s
-        self._probe = asyncio.create_task(self._ping())
+    async def _probe(self, scope: str) -> None:
+        """Ping `scope` at once, then once per `probe_interval_s`, until it answers (or its
+        outage ended otherwise); off the request path, whether requests come or not."""
+        try:
+            while scope in self._down:
+                try:
+                    await self.store.ping(scope)
+                except StoreUnavailableError:
+                    logger.debug("session store still unavailable%s", _at(scope))
+                    await asyncio.sleep(self._probe_interval_s)
+                else:
+                    self._close(scope)
+        finally:
+            self._probes.pop(scope, None)
 
     async def aclose(self) -> None:
         """Stop probing: a PING still in flight is cancelled, and none starts after this,
         so no connection outlives the store's own `aclose`."""
         self._closed = True
-        probe = self._probe
-        if probe is not None:
+        probes = list(self._probes.values())
+        for probe in probes:
             probe.cancel()
+        for probe in probes:
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
 
-    async def _ping(self) -> None:
-        try:
-            await self.store.ping()
-            self._close()
-        except StoreUnavailableError:
-            logger.debug("session store still unavailable")
-        finally:
-            self._probe = None
-
     @property
     def down(self) -> bool:
-        """Whether the store is believed unreachable: its breaker is open, calls are skipped."""
-        return self._down
+        """Whether the store, or a part of it, is believed unreachable: its breaker is open,
+        the calls there are skipped."""
+        return bool(self._down)
 
-    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
-        if not hashes:
+    @property
+    def outages(self) -> frozenset[str]:
+        """The scopes whose breaker is open (`WHOLE`, or Redis Cluster nodes)."""
+        return frozenset(self._down)
+
+    async def find_checkpoint(
+        self, tenant: str, session: str | None, hashes: Sequence[str]
+    ) -> Checkpoint | None:
+        # A body with no message has no hashes, and no session of its own: no checkpoint.
+        if session is None or not hashes:
             return None
-        return await self._try(self.store.find_checkpoint(tenant, hashes), None)
+        return await self._try(self.store.find_checkpoint(tenant, session, hashes), None)
 
-    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
-        call = self.store.put_checkpoint(tenant, checkpoint)
+    async def put_checkpoint(
+        self, tenant: str, session: str | None, checkpoint: Checkpoint
+    ) -> Checkpoint:
+        """The checkpoint kept for the prefix (`checkpoint` itself when the store is down,
+        or when there is no session to keep it in)."""
+        if session is None:
+            return checkpoint
+        call = self.store.put_checkpoint(tenant, session, checkpoint)
         return await self._try(call, checkpoint, write=True)
 
     async def begin_turn(
@@ -162,9 +189,13 @@ class Memory:
     ) -> SessionState:
         if session is None:
             return SessionState()
-        return await self._try(
-            self.store.begin_turn(tenant, session, model=model, at=at), SessionState(), write=True
-        )
+        call = self.store.begin_turn(tenant, session, model=model, at=at)
+        try:
+            return await self._must(call, write=True)
+        except SessionNotIndexedError as exc:
+            return exc.state  # the turn counted: only its place in the session list is lost
+        except StoreUnavailableError:
+            return SessionState()
 
     async def session(self, tenant: str, session: str | None) -> SessionState | None:
         if session is None:
@@ -210,12 +241,19 @@ class Memory:
             call = self.store.archive(tenant, session, messages, hashes=hashes)
             await self._try(call, None, write=True)
 
-    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
-        return await self._try(self.store.find_summaries(tenant, keys), {})
+    async def find_summaries(
+        self, tenant: str, session: str | None, keys: Sequence[str]
+    ) -> dict[str, str]:
+        if session is None:
+            return {}
+        return await self._try(self.store.find_summaries(tenant, session, keys), {})
 
-    async def put_summary(self, tenant: str, key: str, text: str) -> bool:
-        """Whether the summary was stored (False: the store is down)."""
-        call = self._stored(lambda: self.store.put_summary(tenant, key, text))
+    async def put_summary(self, tenant: str, session: str | None, key: str, text: str) -> bool:
+        """Whether the summary was stored (False: the store is down, or there is no session
+        to keep it for)."""
+        if session is None:
+            return False
+        call = self._stored(lambda: self.store.put_summary(tenant, session, key, text))
         return await self._try(call, False, write=True)
 
     async def put_recalls(
@@ -304,3 +342,8 @@ class Memory:
         if len(self._facts) > MAX_FACTS:
             del self._facts[next(iter(self._facts))]
         return value
+
+
+def _at(scope: str) -> str:
+    """Where an outage is, for the log: nothing for the whole store."""
+    return f" (node {scope})" if scope else ""

@@ -124,7 +124,7 @@ class Operator:
         if which == "original":
             return readable(archived)
         head, body = split_head(archived)
-        checkpoint = await self._store.find_checkpoint(ref.tenant, chain_hashes(body))
+        checkpoint = await self._store.find_checkpoint(ref.tenant, ref.id, chain_hashes(body))
         return readable(view(head, body, checkpoint))
 
     async def compact(
@@ -168,7 +168,7 @@ class Operator:
         latest = await self._latest_checkpoint(ref)
         if latest is None:
             return {"reverted": False, "checkpoint": None}
-        await self._store.drop_checkpoint(ref.tenant, latest.prefix_hash)
+        await self._store.drop_checkpoint(ref.tenant, ref.id, latest.prefix_hash)
         return {"reverted": True, "checkpoint": checkpoint_json(latest)}
 
     async def clear(self, ref: SessionRef, messages: list[Message] | None = None) -> int:
@@ -180,8 +180,8 @@ class Operator:
         hashes = chain_hashes(body)
         dropped = 0
         # Longest first: each drop uncovers the next shorter one, at most one per message.
-        while (found := await self._store.find_checkpoint(ref.tenant, hashes)) is not None:
-            await self._store.drop_checkpoint(ref.tenant, found.prefix_hash)
+        while (found := await self._store.find_checkpoint(ref.tenant, ref.id, hashes)) is not None:
+            await self._store.drop_checkpoint(ref.tenant, ref.id, found.prefix_hash)
             dropped += 1
         return dropped
 
@@ -210,7 +210,7 @@ class Operator:
     async def _latest_checkpoint(self, ref: SessionRef) -> Checkpoint | None:
         archived = await self._store.archived(ref.tenant, ref.id)
         _head, body = split_head(archived)
-        return await self._store.find_checkpoint(ref.tenant, chain_hashes(body))
+        return await self._store.find_checkpoint(ref.tenant, ref.id, chain_hashes(body))
 
 
 def public_context(settings_context: Mapping[str, Any]) -> dict[str, Any]:

@@ -91,18 +91,22 @@ class Preparer:
         self._running: dict[_Conversation, asyncio.Task[None]] = {}
         self._next: dict[_Conversation, _Job] = {}
         self._kept: OrderedDict[tuple[str, str], SummaryResult] = OrderedDict()
-        self._unstored: OrderedDict[tuple[str, str], SummaryResult] = OrderedDict()
+        # By tenant, session and key: stored in the session when the store is back.
+        self._unstored: OrderedDict[tuple[str, str, str], SummaryResult] = OrderedDict()
         self._awaiting: OrderedDict[_Conversation, int] = OrderedDict()
         self._checked: OrderedDict[_Conversation, tuple[str | None, int]] = OrderedDict()
 
     # --- finding -----------------------------------------------------------------------------
 
-    async def find(self, tenant: str, keys: Sequence[str]) -> dict[str, SummaryResult]:
-        """The summaries stored under any of `keys`: this process's first, then the store's."""
+    async def find(
+        self, tenant: str, session: str | None, keys: Sequence[str]
+    ) -> dict[str, SummaryResult]:
+        """The summaries stored under any of `keys`: this process's first, then the ones the
+        store keeps for the session."""
         found = {key: kept for key in keys if (kept := self._kept.get((tenant, key)))}
         missing = [key for key in keys if key not in found]
         if missing:
-            stored = await self._memory.find_summaries(tenant, missing)
+            stored = await self._memory.find_summaries(tenant, session, missing)
             found |= {key: parsed for key, raw in stored.items() if (parsed := _parsed(raw))}
         return found
 
@@ -210,7 +214,7 @@ class Preparer:
             return
         keys = need.keys
         fold = note_key(need.anchor, turn.session) if need.anchor and turn.session else None
-        found = await self.find(turn.tenant, [*([fold] if fold else []), *keys])
+        found = await self.find(turn.tenant, turn.session, [*([fold] if fold else []), *keys])
         done = covered(keys, found)
         if fold in found:
             need = need.rolled(found[fold].text)
@@ -233,8 +237,8 @@ class Preparer:
         """Write `task`'s summary once across replicas and keep it under each of `outputs`'
         keys (as the function of that key makes it of the summary). `lock` names what it
         summarizes: a preparation and a fold of the same span take the same lock."""
-        tenant = turn.tenant
-        conversation = (tenant, turn.session or "")
+        tenant, session = turn.tenant, turn.session or ""
+        conversation = (tenant, session)
         async with self._slots:
             await self._flush()
             if not self._breaker.allows(self._clock()):
@@ -245,7 +249,7 @@ class Preparer:
             if token is None:
                 return  # another replica writes it; the compaction finds it in the store
             try:
-                found = await self.find(tenant, [*outputs, *task.keys])
+                found = await self.find(tenant, session, [*outputs, *task.keys])
                 if all(key in found for key in outputs):
                     return  # written meanwhile
                 # A summary of the span's start is there (prepared while the compaction
@@ -265,17 +269,18 @@ class Preparer:
                         logger.warning("a summary failed; compactions truncate meanwhile: %s", exc)
                         return
                 for key, shape in outputs.items():
-                    await self._keep(tenant, key, replace(summary, text=shape(summary.text)))
+                    shaped = replace(summary, text=shape(summary.text))
+                    await self._keep(tenant, session, key, shaped)
                 self._metrics.summary_prepared(kind)
                 count = self._awaiting.get(conversation, 0) + 1
                 self._remember(self._awaiting, conversation, count, MAX_AWAITING)
             finally:
                 await self._memory.release(tenant, name, token)
 
-    async def _keep(self, tenant: str, key: str, summary: SummaryResult) -> None:
+    async def _keep(self, tenant: str, session: str, key: str, summary: SummaryResult) -> None:
         self._remember(self._kept, (tenant, key), summary, MAX_KEPT)
-        if not await self._memory.put_summary(tenant, key, _stored(summary)):
-            self._remember(self._unstored, (tenant, key), summary, MAX_KEPT)
+        if not await self._memory.put_summary(tenant, session, key, _stored(summary)):
+            self._remember(self._unstored, (tenant, session, key), summary, MAX_KEPT)
 
     async def _flush(self) -> None:
         """Store what was written while the store was down, now that it may be back.
@@ -284,10 +289,10 @@ class Preparer:
         before storing it, so no two store the same one, and one the store refuses goes
         back at the front (unless a newer summary of its key came meanwhile)."""
         while self._unstored:
-            (tenant, key), summary = self._unstored.popitem(last=False)
-            if not await self._memory.put_summary(tenant, key, _stored(summary)):
-                self._unstored.setdefault((tenant, key), summary)
-                self._unstored.move_to_end((tenant, key), last=False)
+            name, summary = self._unstored.popitem(last=False)
+            if not await self._memory.put_summary(*name, _stored(summary)):
+                self._unstored.setdefault(name, summary)
+                self._unstored.move_to_end(name, last=False)
                 return
 
     def _remember(self, table: OrderedDict[Any, Any], key: Any, value: Any, bound: int) -> None:

@@ -232,7 +232,7 @@ class Turns:
         await count_off_loop(counter, request)
         # Side by side: with Redis, one round trip's wait instead of two.
         checkpoint, state = await asyncio.gather(
-            self._memory.find_checkpoint(tenant, hashes),
+            self._memory.find_checkpoint(tenant, session, hashes),
             self._state(tenant, session, model, count=count),
         )
         window = await self.window(model, credentials, tenant)

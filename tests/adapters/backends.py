@@ -159,7 +159,7 @@ class Backend:
         if isinstance(self.store, MemoryStore):
             return sum(1 for (owner, _), _text in self.store._messages.live() if owner == tenant)
         assert self.raw is not None
-        return len([key async for key in self.raw.scan_iter(match=f"cp:{{t:{tenant}}}:msg:*")])
+        return len([key async for key in self.raw.scan_iter(match=f"cp:{{m:{tenant}:*")])
 
 
 @pytest.fixture(name="kind", scope="module", params=["memory", "redis", "cluster"])

@@ -96,10 +96,10 @@ async def test_bytes_held_follows_sessions_checkpoints_and_summaries() -> None:
     await store.record_turn(A, "s", _point(), context={}, request={"tools": "t" * 50_000})
     with_request = store.bytes_held
     assert 50_000 < with_request < 55_000
-    await store.put_checkpoint(A, checkpoint_of(big("c"), "k" * 30_000))
-    await store.put_summary(A, "key", "s" * 20_000)
+    await store.put_checkpoint(A, "s", checkpoint_of(big("c"), "k" * 30_000))
+    await store.put_summary(A, "s", "key", "s" * 20_000)
     assert 50_000 < store.bytes_held - with_request < 53_000
-    await store.drop_checkpoint(A, content_hash(big("c")))
+    await store.drop_checkpoint(A, "s", content_hash(big("c")))
     await store.delete_session(A, "s")
     assert 20_000 < store.bytes_held < 21_000  # the summary alone
 
@@ -161,12 +161,12 @@ async def test_tenants_share_no_messages_so_eviction_in_one_spares_the_other() -
 
 async def test_older_checkpoints_and_summaries_go_before_newer_sessions() -> None:
     store = MemoryStore(max_bytes=BOUND)
-    await store.put_summary(A, "key", "s" * 100_000)
-    await store.put_checkpoint(A, checkpoint_of(big("c"), "k" * 100_000))
+    await store.put_summary(A, "s", "key", "s" * 100_000)
+    await store.put_checkpoint(A, "s", checkpoint_of(big("c"), "k" * 100_000))
     for name in ("s1", "s2", "s3"):
         await store.archive(A, name, [big(name)])
-    assert await store.find_summaries(A, ["key"]) == {}
-    assert await store.find_checkpoint(A, [content_hash(big("c"))]) is None
+    assert await store.find_summaries(A, "s", ["key"]) == {}
+    assert await store.find_checkpoint(A, "s", [content_hash(big("c"))]) is None
     for name in ("s1", "s2", "s3"):
         assert await store.archived(A, name) == [big(name)]
 

@@ -147,9 +147,9 @@ async def test_sentinel_mode_finds_the_master(sentinel_port: int) -> None:
 Call = Callable[[Store], Awaitable[Any]]
 CALLS: dict[str, Call] = {
     "ping": lambda s: s.ping(),
-    "find_checkpoint": lambda s: s.find_checkpoint(A, ["h1", "h2"]),
-    "put_checkpoint": lambda s: s.put_checkpoint(A, checkpoint(["h1"], 1)),
-    "drop_checkpoint": lambda s: s.drop_checkpoint(A, "h1"),
+    "find_checkpoint": lambda s: s.find_checkpoint(A, "s", ["h1", "h2"]),
+    "put_checkpoint": lambda s: s.put_checkpoint(A, "s", checkpoint(["h1"], 1)),
+    "drop_checkpoint": lambda s: s.drop_checkpoint(A, "s", "h1"),
     "begin_turn": lambda s: s.begin_turn(A, "s", model="m", at=1.0),
     "record_compaction": lambda s: s.record_compaction(A, "s", record(1)),
     "record_usage": lambda s: s.record_usage(A, "s", usage={}, pressure=0.1),
@@ -167,8 +167,8 @@ CALLS: dict[str, Call] = {
     "set_calibration": lambda s: s.set_calibration(A, "m", 1.1, ttl_s=60),
     "learned_window": lambda s: s.learned_window(A, "m"),
     "learn_window": lambda s: s.learn_window(A, "m", 1000, ttl_s=60),
-    "put_summary": lambda s: s.put_summary(A, "s:k", "- a summary"),
-    "find_summaries": lambda s: s.find_summaries(A, ["s:k"]),
+    "put_summary": lambda s: s.put_summary(A, "s", "s:k", "- a summary"),
+    "find_summaries": lambda s: s.find_summaries(A, "s", ["s:k"]),
 }
 
 
@@ -255,12 +255,12 @@ async def test_memory_found_checkpoint_is_refreshed() -> None:
     clock = Clock()
     store = MemoryStore(session_ttl_s=100, clock=clock)
     hashes = chain_hashes(conversation(4))
-    kept = await store.put_checkpoint(A, checkpoint(hashes, 2))
+    kept = await store.put_checkpoint(A, "s", checkpoint(hashes, 2))
     for _ in range(3):
         clock.now += 60
-        assert await store.find_checkpoint(A, hashes) == kept
+        assert await store.find_checkpoint(A, "s", hashes) == kept
     clock.now += 101
-    assert await store.find_checkpoint(A, hashes) is None
+    assert await store.find_checkpoint(A, "s", hashes) is None
 
 
 async def test_memory_writes_sweep_expired_entries() -> None:
@@ -295,39 +295,49 @@ async def test_put_checkpoint_concurrent_puts_all_get_the_winner(backend: Backen
     hashes = chain_hashes(conversation(4))
     first, second = checkpoint(hashes, 4, "first"), checkpoint(hashes, 4, "second")
     kept = await asyncio.gather(
-        backend.store.put_checkpoint(A, first), backend.store.put_checkpoint(A, second)
+        backend.store.put_checkpoint(A, "s", first), backend.store.put_checkpoint(A, "s", second)
     )
     assert kept[0] == kept[1]
     assert kept[0] in (first, second)
-    assert await backend.store.find_checkpoint(A, hashes) == kept[0]
+    assert await backend.store.find_checkpoint(A, "s", hashes) == kept[0]
 
 
 async def test_put_checkpoint_keeps_the_existing_one(backend: Backend) -> None:
     hashes = chain_hashes(conversation(4))
-    original = await backend.store.put_checkpoint(A, checkpoint(hashes, 2, "original"))
-    assert await backend.store.put_checkpoint(A, checkpoint(hashes, 2, "later")) == original
+    original = await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2, "original"))
+    assert await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2, "later")) == original
 
 
 async def test_find_checkpoint_longest_match_wins(backend: Backend) -> None:
     body = conversation(6)
     hashes = chain_hashes(body)
     short, long = checkpoint(hashes, 2, "short"), checkpoint(hashes, 4, "long")
-    await backend.store.put_checkpoint(A, short)
-    await backend.store.put_checkpoint(A, long)
-    assert await backend.store.find_checkpoint(A, hashes) == long
-    assert await backend.store.find_checkpoint(A, hashes[:3]) == short
+    await backend.store.put_checkpoint(A, "s", short)
+    await backend.store.put_checkpoint(A, "s", long)
+    assert await backend.store.find_checkpoint(A, "s", hashes) == long
+    assert await backend.store.find_checkpoint(A, "s", hashes[:3]) == short
     edited = chain_hashes([*body[:1], user("edited"), *body[2:]])
-    assert await backend.store.find_checkpoint(A, edited) is None
-    assert await backend.store.find_checkpoint(A, []) is None
+    assert await backend.store.find_checkpoint(A, "s", edited) is None
+    assert await backend.store.find_checkpoint(A, "s", []) is None
+
+
+async def test_a_checkpoint_is_its_sessions_own(backend: Backend) -> None:
+    # Kept under the session's hash tag: another conversation of the tenant with the same
+    # messages (a fork under a new X-Session-Id) compacts on its own.
+    hashes = chain_hashes(conversation(4))
+    kept = await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2))
+    assert await backend.store.find_checkpoint(A, "t", hashes) is None
+    assert await backend.store.drop_checkpoint(A, "t", hashes[1]) is False
+    assert await backend.store.find_checkpoint(A, "s", hashes) == kept
 
 
 async def test_drop_checkpoint_reverts_to_the_shorter_match(backend: Backend) -> None:
     hashes = chain_hashes(conversation(6))
-    short = await backend.store.put_checkpoint(A, checkpoint(hashes, 2))
-    await backend.store.put_checkpoint(A, checkpoint(hashes, 4))
-    assert await backend.store.drop_checkpoint(A, hashes[3]) is True
-    assert await backend.store.drop_checkpoint(A, hashes[3]) is False
-    assert await backend.store.find_checkpoint(A, hashes) == short
+    short = await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2))
+    await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 4))
+    assert await backend.store.drop_checkpoint(A, "s", hashes[3]) is True
+    assert await backend.store.drop_checkpoint(A, "s", hashes[3]) is False
+    assert await backend.store.find_checkpoint(A, "s", hashes) == short
 
 
 # -- tenants ---------------------------------------------------------------------------------
@@ -337,12 +347,12 @@ async def test_tenants_never_see_each_other(backend: Backend) -> None:
     store = backend.store
     body = conversation(4)
     hashes = chain_hashes(body)
-    await store.put_checkpoint(A, checkpoint(hashes, 2))
+    await store.put_checkpoint(A, "s", checkpoint(hashes, 2))
     await store.begin_turn(A, "s1", model="m", at=1.0)
     await store.archive(A, "s1", body)
     assert await store.acquire(A, "compaction", ttl_s=60) is not None
 
-    assert await store.find_checkpoint(B, hashes) is None
+    assert await store.find_checkpoint(B, "s", hashes) is None
     assert await store.load_session(B, "s1") is None
     assert await store.list_sessions(B) == []
     assert await store.archived(B, "s1") == []
@@ -556,20 +566,21 @@ async def test_concurrent_acquire_has_one_winner(backend: Backend) -> None:
 # -- prepared summaries ----------------------------------------------------------------------
 
 
-async def test_prepared_summaries_are_found_by_key_within_their_tenant(backend: Backend) -> None:
+async def test_prepared_summaries_are_found_by_key_within_their_session(backend: Backend) -> None:
     store = backend.store
-    assert await store.find_summaries(A, []) == {}
-    assert await store.find_summaries(A, ["s:1", "s:2"]) == {}
-    await store.put_summary(A, "s:2", "- two, with ünïcode")
-    await store.put_summary(A, "n:x", "[note]")
-    assert await store.find_summaries(A, ["s:1", "s:2", "n:x"]) == {
+    assert await store.find_summaries(A, "s", []) == {}
+    assert await store.find_summaries(A, "s", ["s:1", "s:2"]) == {}
+    await store.put_summary(A, "s", "s:2", "- two, with ünïcode")
+    await store.put_summary(A, "s", "n:x", "[note]")
+    assert await store.find_summaries(A, "s", ["s:1", "s:2", "n:x"]) == {
         "s:2": "- two, with ünïcode",
         "n:x": "[note]",
     }
-    assert await store.find_summaries(B, ["s:2", "n:x"]) == {}
+    assert await store.find_summaries(B, "s", ["s:2", "n:x"]) == {}
+    assert await store.find_summaries(A, "other", ["s:2", "n:x"]) == {}  # the session's own
     if backend.raw is None:  # Redis's TTL is checked with the other keys' below
         await backend.wait(TTL_S + 1)
-        assert await store.find_summaries(A, ["s:2"]) == {}
+        assert await store.find_summaries(A, "s", ["s:2"]) == {}
 
 
 # -- model facts -----------------------------------------------------------------------------
@@ -624,15 +635,18 @@ async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) 
     assert raw is not None
     body = conversation(3)
     hashes = chain_hashes(body)
-    await store.put_checkpoint(A, checkpoint(hashes, 2))
+    await store.put_checkpoint(A, "s", checkpoint(hashes, 2))
     await store.begin_turn(A, "s", model="m", at=time.time())
     await store.record_compaction(A, "s", record(1))
     await store.archive(A, "s", body)
     await store.learn_window(A, "m", 1000, ttl_s=TTL_S)
-    await store.put_summary(A, "s:k", "- a summary")
+    await store.put_summary(A, "s", "s:k", "- a summary")
     ttls = await _pttls(raw)
     untimed = {key for key, ttl in ttls.items() if ttl == -1}
     assert untimed == {"cp:sessions"}  # the global index is pruned, not expired
+    # The archive's bodies have their expiry moved at most once per tenth of the TTL.
+    marker = "cp:{s:tenant-a:s}:refreshed"
+    assert TTL_S * 100 - 5000 < ttls.pop(marker) <= TTL_S * 100
     assert all(
         TTL_S * 1000 - 5000 < ttl <= TTL_S * 1000 for key, ttl in ttls.items() if key not in untimed
     )
@@ -641,17 +655,21 @@ async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) 
 
     await _shorten(raw, ttls)
     await store.record_usage(A, "s", usage={}, pressure=0.5)
-    assert await _refreshed(raw) == {
+    assert await _refreshed(raw) - {marker} == {
         "cp:{s:tenant-a:s}:state",
         "cp:{s:tenant-a:s}:history",
-        "cp:{s:tenant-a:s}:seq",
+        "cp:{s:tenant-a:s}:archive",
     }
     await _shorten(raw, ttls)
-    await store.find_checkpoint(A, hashes)
+    await store.find_checkpoint(A, "s", hashes)
     await store.archive(A, "s", body)
     refreshed = await _refreshed(raw)
-    assert f"cp:{{t:{A}}}:ckpt:{hashes[1]}" in refreshed
-    assert {f"cp:{{t:{A}}}:msg:{content_hash(m)}" for m in body} <= refreshed
+    assert f"cp:{{s:{A}:s}}:ckpt:{hashes[1]}" in refreshed
+    bodies = {f"cp:{{m:{A}:{content_hash(m)}}}" for m in body}
+    assert not bodies & refreshed  # not yet: the marker lives
+    await raw.delete(marker)  # as a tenth of the TTL passing
+    await store.archive(A, "s", body)
+    assert bodies <= await _refreshed(raw)
 
 
 async def _refreshed(raw: aioredis.Redis) -> set[str]:

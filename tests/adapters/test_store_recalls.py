@@ -2,9 +2,9 @@
 
 Like tests/adapters/test_store.py, every `backend` test runs on `MemoryStore`, on a
 `RedisStore` on a private redis-server, and on a `RedisStore` on a private one-node Redis
-Cluster (tests/adapters/backends.py): a recall id lives under the session's hash tag and the
-bodies under the tenant's, and a cluster refuses any command that mixes them. The machine's own
-Redis is never used.
+Cluster (tests/adapters/backends.py): a recall id lives under the session's hash tag and each
+body under a tag of its own, and a cluster refuses any command that mixes them. The machine's
+own Redis is never used.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ async def test_redis_recall_keys_carry_the_ttl_and_writes_restart_it(backend: Ba
     assert raw is not None
     await store.put_recalls(A, "s", {"rc_1": HASHES[:2]}, bodies(*BODY[:2]))
     key = recall_key(A, "s")
-    body_keys = [f"cp:{{t:{A}}}:msg:{h}" for h in HASHES[:2]]
+    body_keys = [f"cp:{{m:{A}:{h}}}" for h in HASHES[:2]]
     for timed in (key, *body_keys):
         assert TTL_S * 1000 - 5000 < await raw.pttl(timed) <= TTL_S * 1000
     await raw.pexpire(key, 5000)

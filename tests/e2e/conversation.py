@@ -149,11 +149,12 @@ async def _read(redis_url: str, session: str, sent: list[Message], model: str) -
         hashes = chain_hashes(split_head(sent)[1])
         # Each checkpoint is keyed by the chain hash of the prefix it replaced, and the client
         # only ever appended, so all of them are among the last request's chain hashes.
-        values = await client.mget([f"cp:{{t:{tenant}}}:ckpt:{h}" for h in hashes])
+        tag = f"cp:{{s:{tenant}:{session}}}"
+        values = await client.mget([f"{tag}:ckpt:{h}" for h in hashes])
         return Stored(
             state=state,
             archived=await store.archived(tenant, session),
-            checkpoint=await store.find_checkpoint(tenant, hashes),
+            checkpoint=await store.find_checkpoint(tenant, session, hashes),
             checkpoints=[Checkpoint.from_json(json.loads(v)) for v in values if v is not None],
             learned_window=await store.learned_window(tenant, model),
         )

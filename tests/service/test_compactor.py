@@ -161,7 +161,10 @@ async def test_an_explicit_compaction_waits_for_its_summary(parts: Parts) -> Non
     assert outcome.tokens_after < outcome.tokens_before
     assert len(parts.mock.summary_requests) == 1
     # Frozen: the next request finds it and forwards the same prefix.
-    assert await parts.memory.find_checkpoint(turn.tenant, turn.hashes) == outcome.checkpoint
+    assert (
+        await parts.memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
+        == outcome.checkpoint
+    )
 
 
 async def test_a_failed_summary_truncates_instead(parts: Parts) -> None:
@@ -301,7 +304,7 @@ async def test_a_compaction_that_took_no_step_is_not_stored(parts: Parts) -> Non
     frozen = await parts.compactor.freeze(turn, nothing, "manual", unchanged(turn))
     assert not frozen.stored
     assert frozen.outcome == unchanged(turn)
-    assert await parts.memory.find_checkpoint(turn.tenant, turn.hashes) is None
+    assert await parts.memory.find_checkpoint(turn.tenant, turn.session, turn.hashes) is None
 
 
 async def test_a_compaction_of_the_head_alone_is_forwarded_not_stored(parts: Parts) -> None:
@@ -314,7 +317,7 @@ async def test_a_compaction_of_the_head_alone_is_forwarded_not_stored(parts: Par
     assert frozen.outcome.messages == head_cut
     assert frozen.outcome.checkpoint is None
     assert frozen.outcome.tokens_after < frozen.outcome.tokens_before
-    assert await parts.memory.find_checkpoint(turn.tenant, turn.hashes) is None
+    assert await parts.memory.find_checkpoint(turn.tenant, turn.session, turn.hashes) is None
 
 
 def tool_session(calls: int, *, size: int = 400) -> list[Any]:
@@ -413,7 +416,7 @@ async def test_a_compaction_hook_at_turn_end_prepares_the_next_turn() -> None:
         outcome = await parts.compactor.before_forward(turn)
         assert outcome.checkpoint is None  # a compaction hook replaces the default one
         await parts.compactor.after_answer(turn, outcome)
-        stored = await parts.memory.find_checkpoint(turn.tenant, turn.hashes)
+        stored = await parts.memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
         assert stored is not None  # the next request of the conversation starts from it
 
 

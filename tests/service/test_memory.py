@@ -88,7 +88,10 @@ def logged(caplog: pytest.LogCaptureFixture, text: str) -> int:
 
 async def without_a_session(memory: Memory) -> None:
     """Every call a request with neither a session nor a body message makes."""
-    assert await memory.find_checkpoint(TENANT, []) is None
+    assert await memory.find_checkpoint(TENANT, None, []) is None
+    assert await memory.put_checkpoint(TENANT, None, checkpoint()) == checkpoint()
+    assert await memory.find_summaries(TENANT, None, ["k1"]) == {}
+    assert await memory.put_summary(TENANT, None, "k1", "text") is False
     assert await memory.begin_turn(TENANT, None, "mock-model", at=1.0) == SessionState()
     assert await memory.session(TENANT, None) is None
     record = CompactionRecord(
@@ -141,19 +144,21 @@ async def test_a_request_without_a_session_writes_nothing(store: Store) -> None:
 
 async def test_the_longest_stored_checkpoint_of_the_history_is_found(store: Store) -> None:
     memory = Memory(store)
-    stored = await memory.put_checkpoint(TENANT, checkpoint(2))
+    stored = await memory.put_checkpoint(TENANT, "s1", checkpoint(2))
     assert stored == checkpoint(2)
-    assert await memory.find_checkpoint(TENANT, chain_hashes(HISTORY)) == checkpoint(2)
-    assert await memory.find_checkpoint(OTHER, chain_hashes(HISTORY)) is None
+    assert await memory.find_checkpoint(TENANT, "s1", chain_hashes(HISTORY)) == checkpoint(2)
+    assert await memory.find_checkpoint(OTHER, "s1", chain_hashes(HISTORY)) is None
+    assert await memory.find_checkpoint(TENANT, "s2", chain_hashes(HISTORY)) is None
     # A request with no body message (a system prompt alone) has no prefix to look up.
-    assert await memory.find_checkpoint(TENANT, []) is None
+    assert await memory.find_checkpoint(TENANT, "s1", []) is None
 
 
 async def test_a_summary_written_ahead_is_found_by_its_key(store: Store) -> None:
     memory = Memory(store)
-    assert await memory.put_summary(TENANT, "k1", "Summary one.") is True
-    assert await memory.find_summaries(TENANT, ["k0", "k1"]) == {"k1": "Summary one."}
-    assert await memory.find_summaries(OTHER, ["k1"]) == {}
+    assert await memory.put_summary(TENANT, "s1", "k1", "Summary one.") is True
+    assert await memory.find_summaries(TENANT, "s1", ["k0", "k1"]) == {"k1": "Summary one."}
+    assert await memory.find_summaries(OTHER, "s1", ["k1"]) == {}
+    assert await memory.find_summaries(TENANT, "s2", ["k1"]) == {}
 
 
 async def test_a_lock_is_held_once_until_released(store: Store) -> None:
@@ -231,13 +236,13 @@ async def test_a_stopped_redis_is_served_around_and_each_skipped_write_counted(
     assert await memory.begin_turn(TENANT, "s1", "mock-model", at=1.0) == SessionState()
     assert memory.down
     assert counted(metrics) == (1, 1, 1)
-    assert await memory.find_checkpoint(TENANT, chain_hashes(HISTORY)) is None
+    assert await memory.find_checkpoint(TENANT, "s1", chain_hashes(HISTORY)) is None
     assert await memory.session(TENANT, "s1") is None
-    assert await memory.find_summaries(TENANT, ["k1"]) == {}
+    assert await memory.find_summaries(TENANT, "s1", ["k1"]) == {}
     assert await memory.calibration(TENANT, "mock-model") is None
     assert counted(metrics) == (5, 1, 1)  # reads: errors, not lost writes
-    assert await memory.put_checkpoint(TENANT, checkpoint()) == checkpoint()  # as if stored
-    assert await memory.put_summary(TENANT, "k1", "text") is False  # told: not stored
+    assert await memory.put_checkpoint(TENANT, "s1", checkpoint()) == checkpoint()  # as if stored
+    assert await memory.put_summary(TENANT, "s1", "k1", "text") is False  # told: not stored
     await memory.record_usage(TENANT, "s1", {"prompt_tokens": 1}, pressure=0.1)
     assert counted(metrics) == (8, 4, 1)
     # Alone, there is no one to coordinate with: the lock is ours, releasing it a no-op.
@@ -299,10 +304,10 @@ async def test_while_the_breaker_is_open_no_call_is_made_even_if_redis_is_back(
     await memory.session(TENANT, "s1")  # the first skipped call probes at once: refused
     await until(lambda: logged(caplog, "session store still unavailable") == 1, "no probe")
     redis_server.start()
-    await memory.put_checkpoint(TENANT, checkpoint())
+    await memory.put_checkpoint(TENANT, "s1", checkpoint())
     await memory.begin_turn(TENANT, "s2", "mock-model", at=2.0)
     assert memory.down
-    assert await redis_store.find_checkpoint(TENANT, chain_hashes(HISTORY)) is None
+    assert await redis_store.find_checkpoint(TENANT, "s1", chain_hashes(HISTORY)) is None
     assert await redis_store.load_session(TENANT, "s2") is None
     assert logged(caplog, "session store still unavailable") == 1  # no second probe yet
     assert counted(metrics) == (4, 3, 1)

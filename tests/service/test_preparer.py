@@ -96,7 +96,7 @@ async def test_a_summary_prepared_here_is_found_by_another_replica(parts: Parts)
     assert parts.counted("summaries_prepared") == 1
     keys = span_keys(turn)
     elsewhere = parts.other_replica().preparer
-    found = await elsewhere.find(turn.tenant, keys)
+    found = await elsewhere.find(turn.tenant, turn.session, keys)
     assert list(found) == [keys[-1]]  # the whole span's summary, from the store
     assert found[keys[-1]].text
 
@@ -255,7 +255,7 @@ async def test_a_span_prepared_while_the_compaction_truncated_is_not_summarized_
     # Asked as the conversation's prefix (which the provider has cached): the span's start is
     # in it as the conversation, and the prepared summary of it is folded in, not rewritten.
     key = span_keys(early)[-1]
-    start = (await preparer.find(early.tenant, [key]))[key].text
+    start = (await preparer.find(early.tenant, early.session, [key]))[key].text
     closing = requests[1].json()["messages"][-1]["content"]
     assert early.request.messages[1] in requests[1].json()["messages"]
     assert closing.partition(FOLD_IN)[2] == start
@@ -296,7 +296,7 @@ async def test_after_a_truncation_the_next_summary_rolls_over_what_it_dropped(
     assert need.anchor is not None
     assert turn.session is not None
     fold = note_key(need.anchor, turn.session)
-    dropped = (await preparer.find(turn.tenant, [fold]))[fold].text
+    dropped = (await preparer.find(turn.tenant, turn.session, [fold]))[fold].text
     preparer.prepare(turn, unchanged(turn))
     await preparer.settle()
     assert len(parts.mock.summary_requests) == 2
@@ -309,15 +309,17 @@ async def test_after_a_truncation_the_next_summary_rolls_over_what_it_dropped(
 async def test_a_summary_kept_here_is_found_before_the_store_is_asked(parts: Parts) -> None:
     turn = await prepared(parts)
     key = span_keys(turn)[-1]
-    await parts.memory.store.put_summary(turn.tenant, key, "written by another version")
-    found = await parts.compactor.preparer.find(turn.tenant, [key])
+    await parts.memory.store.put_summary(
+        turn.tenant, turn.session or "", key, "written by another version"
+    )
+    found = await parts.compactor.preparer.find(turn.tenant, turn.session, [key])
     assert found[key].text != "written by another version"
 
 
 async def test_a_summary_stored_before_its_input_was_recorded_is_found(parts: Parts) -> None:
     older = json.dumps({"text": "- the summary", "model": "m", "tokens": 90})
-    await parts.memory.store.put_summary("t", "k", older)
-    found = (await parts.compactor.preparer.find("t", ["k"]))["k"]
+    await parts.memory.store.put_summary("t", "s", "k", older)
+    found = (await parts.compactor.preparer.find("t", "s", ["k"]))["k"]
     assert (found.text, found.tokens, found.input_tokens, found.cached_tokens) == (
         "- the summary", 90, 0, 0,
     )  # fmt: skip
@@ -326,7 +328,7 @@ async def test_a_summary_stored_before_its_input_was_recorded_is_found(parts: Pa
 async def test_a_summary_s_input_and_cached_tokens_are_stored_with_it(parts: Parts) -> None:
     turn = await prepared(parts)
     key = span_keys(turn)[-1]
-    found = (await parts.other_replica().preparer.find(turn.tenant, [key]))[key]
+    found = (await parts.other_replica().preparer.find(turn.tenant, turn.session, [key]))[key]
     [usage] = parts.mock.summary_usage
     assert (found.input_tokens, found.cached_tokens) == (usage.prompt_tokens, usage.cached_tokens)
     assert found.input_tokens > 0
@@ -342,8 +344,8 @@ async def test_a_summary_s_input_and_cached_tokens_are_stored_with_it(parts: Par
     ],
 )
 async def test_a_stored_summary_another_version_wrote_is_ignored(parts: Parts, raw: str) -> None:
-    await parts.memory.store.put_summary("t", "k", raw)
-    assert await parts.compactor.preparer.find("t", ["k"]) == {}
+    await parts.memory.store.put_summary("t", "s", "k", raw)
+    assert await parts.compactor.preparer.find("t", "s", ["k"]) == {}
 
 
 async def test_with_the_store_down_summaries_are_kept_here_and_stored_when_it_is_back(
@@ -363,7 +365,9 @@ async def test_with_the_store_down_summaries_are_kept_here_and_stored_when_it_is
             preparer.fold(at_trigger, dropped)
             await preparer.settle()
             assert len(parts.mock.summary_requests) == 1
-            kept = await preparer.find(at_trigger.tenant, [dropped.covers or ""])
+            kept = await preparer.find(
+                at_trigger.tenant, at_trigger.session, [dropped.covers or ""]
+            )
             assert list(kept) == [dropped.covers]
             # The next job tries to store it first; still down, it stays here.
             other = await turn_of(parts, history(AT_TRIGGER, topic="other"), session="s2")
@@ -371,12 +375,14 @@ async def test_with_the_store_down_summaries_are_kept_here_and_stored_when_it_is
             await preparer.settle()
             redis_server.start()
             while parts.memory.down:
-                await parts.memory.find_summaries("t", ["k"])
+                await parts.memory.find_summaries("t", "s", ["k"])
                 await asyncio.sleep(0.05)
             third = await turn_of(parts, history(AT_TRIGGER, topic="third"), session="s3")
             preparer.fold(third, fallback_of(third))
             await preparer.settle()
-            stored = await store.find_summaries(at_trigger.tenant, [dropped.covers or ""])
+            stored = await store.find_summaries(
+                at_trigger.tenant, at_trigger.session or "", [dropped.covers or ""]
+            )
             assert list(stored) == [dropped.covers]
 
 
@@ -513,16 +519,16 @@ async def test_jobs_storing_what_the_outage_kept_at_once_each_store_it_once(
                 turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
                 dropped = fallback_of(turn)
                 preparer.fold(turn, dropped)
-                kept.append((turn.tenant, dropped.covers or ""))
+                kept.append((turn.tenant, turn.session or "", dropped.covers or ""))
             await preparer.settle()
             redis_server.start()
             while parts.memory.down:
-                await parts.memory.find_summaries("t", ["k"])
+                await parts.memory.find_summaries("t", "s", ["k"])
                 await asyncio.sleep(0.05)
             for topic in ("seven", "eight", "nine", "ten"):
                 turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
                 preparer.fold(turn, fallback_of(turn))
             await preparer.settle()
             assert parts.counted("background_task_failures") == 0
-            for tenant, key in kept:
-                assert list(await store.find_summaries(tenant, [key])) == [key]
+            for tenant, session, key in kept:
+                assert list(await store.find_summaries(tenant, session, [key])) == [key]

@@ -1,9 +1,10 @@
 """The session store: Redis when configured, an in-process store otherwise.
 
-Both implement `Store`: checkpoints (shared by every session of a tenant), session state and
-compaction history, a content-addressed archive of the original messages, locks across
-replicas, and per-model facts (token-count calibration, learned context windows). Everything
-but the model facts is namespaced by the tenant; no credential is ever stored.
+Both implement `Store`: session state and compaction history, each session's checkpoints and
+prepared summaries, a content-addressed archive of the original messages (shared by a
+tenant's sessions), locks across replicas, and per-model facts (token-count calibration,
+learned context windows). Everything is namespaced by the tenant; no credential is ever
+stored.
 
 Every key of a tenant or session expires `session_ttl_s` after its last write (a found
 checkpoint counts as a write), so abandoned conversations clean themselves up.
@@ -12,7 +13,9 @@ The embedded store is in `embedded.py`, the Redis store and its key schema in
 `redis_store.py`, and the contract both keep in `contract.py`.
 
 Every Redis failure surfaces as `StoreUnavailableError`, so the service can degrade to plain
-forwarding instead of failing the request.
+forwarding instead of failing the request; its `scope` says whether the whole store failed
+or one Redis Cluster node, which the service then fences off (`Store.fence`) until it or its
+replica answers.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from proxy.adapters.store.contract import (
     DEFAULT_SESSION_TTL_S,
     HISTORY_LIMIT,
     TIMELINE_LIMIT,
+    WHOLE,
+    SessionNotIndexedError,
     Store,
     StoreUnavailableError,
 )
@@ -32,8 +37,10 @@ __all__ = [
     "DEFAULT_SESSION_TTL_S",
     "HISTORY_LIMIT",
     "TIMELINE_LIMIT",
+    "WHOLE",
     "MemoryStore",
     "RedisStore",
+    "SessionNotIndexedError",
     "Store",
     "StoreUnavailableError",
     "open_store",

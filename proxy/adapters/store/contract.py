@@ -22,35 +22,71 @@ TIMELINE_LIMIT = 200
 """Turn points kept per session: the most recent ones."""
 
 
+WHOLE = ""
+"""The scope of a failure that concerns the whole store (every call goes there)."""
+
+
 class StoreUnavailableError(Exception):
-    """The store cannot be used right now (Redis down, unreachable, refusing)."""
+    """The store cannot be used right now (Redis down, unreachable, refusing), or the part of
+    it `scope` names cannot: a Redis Cluster node (`host:port`); `WHOLE` is all of it."""
+
+    def __init__(self, message: str, *, scope: str = WHOLE) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
+class SessionNotIndexedError(StoreUnavailableError):
+    """`begin_turn` counted the turn (`state` is the session after it) but could not list
+    the session in the indexes `list_sessions` reads, which live on another node (`scope`):
+    one write lost, the turn's state good."""
+
+    def __init__(self, message: str, *, scope: str, state: SessionState) -> None:
+        super().__init__(message, scope=scope)
+        self.state = state
 
 
 class Lifecycle(Protocol):
-    """Whether the store answers, and its end."""
+    """Whether the store answers, which parts of it to leave alone, and its end."""
 
-    async def ping(self) -> None:
-        """Check the store answers. Raises `StoreUnavailableError`."""
+    async def ping(self, scope: str = WHOLE) -> None:
+        """Check the store, or the part of it `scope` names (as a `StoreUnavailableError`
+        named it), answers. Raises `StoreUnavailableError`.
+
+        A Redis Cluster node answers when it answers a PING, or when it no longer serves any
+        slot (the cluster promoted a replica in its place: its slots answer elsewhere).
+        """
+
+    def fence(self, scope: str, *, down: bool) -> None:
+        """Fail every call that would go to `scope` at once, without trying it (`down`), or
+        route calls there again. A no-op for `WHOLE` (the caller skips the store itself) and
+        where the store has no parts."""
 
     async def aclose(self) -> None:
         """Release connections."""
 
 
 class Checkpoints(Protocol):
-    """Compacted prefixes, found by the chain hashes of the messages they replace."""
+    """Compacted prefixes of a session, found by the chain hashes of the messages they
+    replace; each is the session's own (kept with its other keys)."""
 
-    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
-        """The stored checkpoint covering the longest prefix of the body chained as `hashes`."""
+    async def find_checkpoint(
+        self, tenant: str, session_id: str, hashes: Sequence[str]
+    ) -> Checkpoint | None:
+        """The session's stored checkpoint covering the longest prefix of the body chained as
+        `hashes`."""
 
-    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
-        """Store `checkpoint` unless its prefix has one already; returns the one kept.
+    async def put_checkpoint(
+        self, tenant: str, session_id: str, checkpoint: Checkpoint
+    ) -> Checkpoint:
+        """Store `checkpoint` unless its prefix has one already in the session; returns the
+        one kept.
 
         Set-if-absent: of two replicas compacting the same prefix, the first one wins and
         both forward its messages, so the provider's cache sees one prefix.
         """
 
-    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
-        """Forget the checkpoint of `prefix_hash` (revert); False if there was none."""
+    async def drop_checkpoint(self, tenant: str, session_id: str, prefix_hash: str) -> bool:
+        """Forget the session's checkpoint of `prefix_hash` (revert); False if there was none."""
 
 
 class Sessions(Protocol):
@@ -102,7 +138,9 @@ class Sessions(Protocol):
         """(tenant, session id, state) of sessions that began a turn, most recent first.
 
         `tenant` None lists every tenant's (for the admin). A page may come back short when
-        sessions expired since they were last seen; they are dropped from the index.
+        sessions expired since they were last seen; they are dropped from the index. A
+        session whose turn could not be indexed (`SessionNotIndexedError`) keeps its place
+        from its previous turn until the next one.
         """
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
@@ -110,7 +148,8 @@ class Sessions(Protocol):
         False if unknown.
 
         The archived message bodies are shared by the tenant's sessions; they expire on
-        their own when no session archives them any more.
+        their own when no session archives them any more. So do its checkpoints and
+        prepared summaries (the operator drops the checkpoints first).
         """
 
 
@@ -160,15 +199,17 @@ class Recalls(Protocol):
 
 
 class Summaries(Protocol):
-    """Summaries prepared ahead of the compaction that will use them, by span key."""
+    """Summaries prepared ahead of the compaction of a session that will use them, by key."""
 
-    async def put_summary(self, tenant: str, key: str, text: str) -> None:
-        """Keep a summary written ahead of time under `key` (`proxy.core.prepared`), for
-        the session TTL."""
+    async def put_summary(self, tenant: str, session_id: str, key: str, text: str) -> None:
+        """Keep a summary written ahead of time for the session under `key`
+        (`proxy.core.prepared`), for the session TTL."""
         ...
 
-    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
-        """The summaries stored under any of `keys`, by key."""
+    async def find_summaries(
+        self, tenant: str, session_id: str, keys: Sequence[str]
+    ) -> dict[str, str]:
+        """The session's summaries stored under any of `keys`, by key."""
         ...
 
 

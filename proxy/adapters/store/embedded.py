@@ -1,8 +1,9 @@
 """The embedded store (`MemoryStore`): sessions, checkpoints and the archive in this process.
 
-It has the same semantics as the Redis store, with an injectable clock for
-expiry. Expired entries are dropped when read and by a sweep of at most a few entries per
-write. Its memory is bounded twice:
+It has the same semantics as the Redis store (checkpoints and prepared summaries are a
+session's own, archived messages its tenant's), with an injectable clock for expiry.
+Expired entries are dropped when read and by a sweep of at most a few entries per write.
+Its memory is bounded twice:
 
 - in bytes, `max_bytes` (256 MiB) for sessions, checkpoints, prepared summaries and archived
   messages together: past it the least recently written session goes (with the archived
@@ -36,6 +37,7 @@ from proxy.adapters.store.contract import (
     DEFAULT_SESSION_TTL_S,
     HISTORY_LIMIT,
     TIMELINE_LIMIT,
+    WHOLE,
     common_prefix,
     content_hashes,
 )
@@ -162,6 +164,9 @@ def _no_size(_value: object) -> int:
 
 _Key = tuple[str, str]
 """(tenant, name) in the embedded store's tables."""
+_SessionKey = tuple[str, str, str]
+"""(tenant, session id, name): what a session keeps besides its state (checkpoints,
+summaries), as Redis keeps it under the session's hash tag."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +243,7 @@ class MemoryStore:
         # How many times each archived message occurs in the sequences of its tenant's
         # sessions: at zero it is dropped.
         self._references: dict[_Key, int] = {}
-        self._checkpoints = _Expiring[_Key, str](
+        self._checkpoints = _Expiring[_SessionKey, str](
             clock, ttl_s=ttl, max_entries=max_checkpoints, size=_text_size
         )
         self._sessions = _Expiring[_Key, _Session](
@@ -252,7 +257,7 @@ class MemoryStore:
             clock, ttl_s=ttl, max_entries=max_messages, size=_text_size
         )
         self._locks = _Expiring[_Key, str](clock, ttl_s=ttl, max_entries=10_000)
-        self._summaries = _Expiring[_Key, str](
+        self._summaries = _Expiring[_SessionKey, str](
             clock, ttl_s=ttl, max_entries=max_checkpoints, size=_text_size
         )
         self._calibrations = _Expiring[_Key, float](clock, ttl_s=ttl, max_entries=1_000)
@@ -268,7 +273,7 @@ class MemoryStore:
         """The estimated bytes of sessions, checkpoints, summaries and archived messages."""
         return sum(table.bytes for table in self._bounded())
 
-    def _bounded(self) -> tuple[_Expiring[_Key, Any], ...]:
+    def _bounded(self) -> tuple[_Expiring[Any, Any], ...]:
         return (self._sessions, self._checkpoints, self._summaries, self._messages)
 
     def _shrink(self, keep: _Key | None = None) -> None:
@@ -279,9 +284,14 @@ class MemoryStore:
         messages go with their last session, or oldest first once only `keep` is left.
         """
         while self.bytes_held > self._max_bytes:
+            tables: tuple[_Expiring[Any, Any], ...] = (
+                self._sessions,
+                self._checkpoints,
+                self._summaries,
+            )
             candidates = [
                 (found, table)
-                for table in (self._sessions, self._checkpoints, self._summaries)
+                for table in tables
                 if (found := table.oldest()) is not None and found[1] != keep
             ]
             if candidates:
@@ -315,8 +325,11 @@ class MemoryStore:
         for hashes in session.recalls.values():
             self._let_go(key[0], hashes)
 
-    async def ping(self) -> None:
+    async def ping(self, scope: str = WHOLE) -> None:
         return None
+
+    def fence(self, scope: str, *, down: bool) -> None:
+        """A no-op: the embedded store has no parts that fail apart."""
 
     async def aclose(self) -> None:
         return None
@@ -331,17 +344,22 @@ class MemoryStore:
         ):
             entries.sweep()
 
-    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
-        stored = {h: text for h in hashes if (text := self._checkpoints.get((tenant, h)))}
+    async def find_checkpoint(
+        self, tenant: str, session_id: str, hashes: Sequence[str]
+    ) -> Checkpoint | None:
+        table = self._checkpoints
+        stored = {h: text for h in hashes if (text := table.get((tenant, session_id, h)))}
         candidates = {h: Checkpoint.from_json(json.loads(text)) for h, text in stored.items()}
         found = find_checkpoint(hashes, candidates)
         if found is not None:
-            self._checkpoints.touch((tenant, found.prefix_hash))
+            table.touch((tenant, session_id, found.prefix_hash))
         return found
 
-    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
+    async def put_checkpoint(
+        self, tenant: str, session_id: str, checkpoint: Checkpoint
+    ) -> Checkpoint:
         self._sweep()
-        key = (tenant, checkpoint.prefix_hash)
+        key = (tenant, session_id, checkpoint.prefix_hash)
         existing = self._checkpoints.get(key)
         if existing is not None:
             self._checkpoints.touch(key)
@@ -350,8 +368,8 @@ class MemoryStore:
         self._shrink()
         return checkpoint
 
-    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
-        return self._checkpoints.pop((tenant, prefix_hash)) is not None
+    async def drop_checkpoint(self, tenant: str, session_id: str, prefix_hash: str) -> bool:
+        return self._checkpoints.pop((tenant, session_id, prefix_hash)) is not None
 
     def _update(
         self, tenant: str, session_id: str, change: Callable[[SessionState], SessionState]
@@ -530,13 +548,16 @@ class MemoryStore:
         texts = [self._messages.get((tenant, h)) for h in hashes]
         return [json.loads(text) for text in texts if text is not None]
 
-    async def put_summary(self, tenant: str, key: str, text: str) -> None:
+    async def put_summary(self, tenant: str, session_id: str, key: str, text: str) -> None:
         self._sweep()
-        self._summaries.put((tenant, key), text)
+        self._summaries.put((tenant, session_id, key), text)
         self._shrink()
 
-    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
-        return {key: text for key in keys if (text := self._summaries.get((tenant, key)))}
+    async def find_summaries(
+        self, tenant: str, session_id: str, keys: Sequence[str]
+    ) -> dict[str, str]:
+        table = self._summaries
+        return {key: text for key in keys if (text := table.get((tenant, session_id, key)))}
 
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         self._sweep()

@@ -1,35 +1,58 @@
 """The Redis store (`RedisStore`): single, Sentinel or Cluster, shared by every replica.
 
-Redis key schema (values are JSON unless noted; `{...}` is a Redis Cluster hash tag):
+Conversations, not tenants, are the unit of sharding: every key of one conversation shares
+its hash tag (`{s:<tenant>:<session>}`), so its Lua scripts and multi-key reads are valid
+in a cluster and one tenant's conversations spread over every master. What a tenant's
+conversations share (archived message bodies, locks, learned model facts) is one key per
+item with a tag of its own, the tenant always in its name: no tenant can name another's
+key. Redis key schema (values are JSON unless noted; `{...}` is the hash tag):
 
-    cp:{t:<tenant>}:ckpt:<prefix_hash>   a Checkpoint; one tag per tenant, so looking up
-                                         every chain hash of a body is one MGET, valid in
-                                         a cluster
-    cp:{t:<tenant>}:msg:<content_hash>   an archived message, stored once per tenant
-    cp:{t:<tenant>}:lock:<name>          a lock: its holder's random token (string)
-    cp:{t:<tenant>}:sessions             sorted set: session id by last_seen
     cp:{s:<tenant>:<session>}:state      hash: turns, last_compaction_turn, model,
                                          last_seen, last_pressure, last_usage (JSON),
                                          compactions, tokens_sent, tokens_forwarded,
-                                         recalls,
-                                         last_context (JSON)
+                                         recalls, last_context (JSON)
     cp:{s:<tenant>:<session>}:history    list: the last 100 CompactionRecords
-    cp:{s:<tenant>:<session>}:seq        list: content hashes of the archived messages
+    cp:{s:<tenant>:<session>}:archive    list: content hashes of the archived messages
     cp:{s:<tenant>:<session>}:timeline   list: the last 200 TurnPoints
     cp:{s:<tenant>:<session>}:request    the last request's body without its messages
     cp:{s:<tenant>:<session>}:recall     hash: recall id -> JSON list of the content hashes
                                          it stands for, set once per id (their bodies are
                                          the tenant's msg keys)
+    cp:{s:<tenant>:<session>}:refreshed  "1" for a tenth of the TTL after the archive last
+                                         moved its bodies' expiry (they are not walked on
+                                         every request)
+    cp:{s:<tenant>:<session>}:ckpt:<prefix_hash>
+                                         a Checkpoint of the session; looking up every
+                                         chain hash of a body is one MGET
+    cp:{s:<tenant>:<session>}:summary:<key>
+                                         a summary prepared for the session's next
+                                         compaction (`proxy.core.prepared` names the key)
+    cp:{m:<tenant>:<content_hash>}       an archived message, stored once per tenant
+    cp:{l:<tenant>:<name>}               a lock: its holder's random token (string)
+    cp:{f:<tenant>:<model>}:calibration  float (string): the tenant's calibration for the
+                                         model; expires after context.learned_ttl_s
+    cp:{f:<tenant>:<model>}:window       int (string): the window an overflow error of the
+                                         tenant's taught; expires after learned_ttl_s too
+    cp:{t:<tenant>}:sessions             sorted set: session id by last_seen. One key per
+                                         tenant, on one master: a sorted set is read
+                                         whole from one node, and `begin_turn` writes it
+                                         beside the session, so its node failing loses
+                                         index updates, not turns (SessionNotIndexedError)
     cp:sessions                          sorted set: ["<tenant>", "<session>"] by last_seen,
                                          for the admin's cross-tenant list (no expiry; its
                                          members older than the TTL are pruned on write)
-    cp:{t:<tenant>}:calibration:<model>  float (string): the tenant's calibration for the
-                                         model; expires after context.learned_ttl_s
-    cp:{t:<tenant>}:window:<model>       int (string): the window an overflow error of the
-                                         tenant's taught; expires after learned_ttl_s too
 
-A session's keys share one hash tag, so the Lua scripts that update them atomically are
-valid in a cluster. `last_seen` is the caller's `at`: Unix time in seconds.
+Keys of the schema before conversations were the unit (`cp:{t:<tenant>}:ckpt:*`, `:msg:*`,
+`:summary:*`, `:lock:*`, `:calibration:*`, `:window:*` and the sessions' `:seq`) are
+abandoned, never read: they expire with their TTL. A session archived under the old schema
+archives its messages again at its next request (its `:archive` list starts empty); its
+checkpoints and prepared summaries are made again; recall ids made before keep their hashes
+but find no bodies.
+
+Several keys of different tags are written in one round trip per master (`Call.batch`: a
+pipeline per node, side by side; one pipeline on a single Redis), never as one script or
+transaction. `last_seen` is the caller's `at`: Unix time in seconds. How a failed node is
+told apart from the others, and left alone until it or its replica answers: `nodes.py`.
 """
 
 from __future__ import annotations
@@ -53,9 +76,12 @@ from proxy.adapters.store.contract import (
     DEFAULT_SESSION_TTL_S,
     HISTORY_LIMIT,
     TIMELINE_LIMIT,
+    WHOLE,
+    SessionNotIndexedError,
     StoreUnavailableError,
     content_hashes,
 )
+from proxy.adapters.store.nodes import Call, Nodes, Op, RedisClient
 from proxy.core.messages import Message
 from proxy.core.session import (
     Checkpoint,
@@ -65,8 +91,6 @@ from proxy.core.session import (
     find_checkpoint,
 )
 from proxy.settings import RedisSettings
-
-RedisClient = Redis | RedisCluster
 
 # Each script touches keys of one hash tag only, as Redis Cluster requires.
 _REFRESH = """
@@ -84,7 +108,7 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
 return false
 """
 
-# KEYS: state, history, seq. ARGV: ttl_ms, last_seen, '1' to set the model, model.
+# KEYS: state, history, archive. ARGV: ttl_ms, last_seen, '1' to set the model, model.
 _BEGIN_TURN = (
     """
 redis.call('HINCRBY', KEYS[1], 'turns', 1)
@@ -97,7 +121,7 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 )
 
-# KEYS: state, history, seq. ARGV: ttl_ms, record JSON, history limit.
+# KEYS: state, history, archive. ARGV: ttl_ms, record JSON, history limit.
 _RECORD_COMPACTION = (
     """
 redis.call('RPUSH', KEYS[2], ARGV[2])
@@ -108,7 +132,7 @@ redis.call('HINCRBY', KEYS[1], 'compactions', 1)
     + _REFRESH
 )
 
-# KEYS: state, history, seq. ARGV: ttl_ms, usage JSON, pressure.
+# KEYS: state, history, archive. ARGV: ttl_ms, usage JSON, pressure.
 _RECORD_USAGE = (
     """
 redis.call('HSET', KEYS[1], 'last_usage', ARGV[2], 'last_pressure', ARGV[3])
@@ -116,8 +140,9 @@ redis.call('HSET', KEYS[1], 'last_usage', ARGV[2], 'last_pressure', ARGV[3])
     + _REFRESH
 )
 
-# KEYS: state, history, seq, timeline, request. ARGV: ttl_ms, point JSON, timeline limit,
-# tokens before, tokens after, pressure, context JSON, request JSON (empty: keep the old one).
+# KEYS: state, history, archive, timeline, request. ARGV: ttl_ms, point JSON, timeline
+# limit, tokens before, tokens after, pressure, context JSON, request JSON (empty: keep the
+# old one).
 _RECORD_TURN = (
     """
 redis.call('RPUSH', KEYS[4], ARGV[2])
@@ -136,15 +161,16 @@ _READ_SESSION = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 
-# KEYS: seq, state, history. ARGV: ttl_ms, then the new list's hashes. Keeps the common
-# prefix and appends the rest, so a growing history writes only its new messages (and the
-# AOF and replicas see only those). Returns the length of the common prefix.
-_ARCHIVE_SEQUENCE = (
-    """
+# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, then the new list's
+# hashes. Keeps the common prefix and appends the rest, so a growing history writes only its
+# new messages (and the AOF and replicas see only those). Returns the length of the common
+# prefix, and 1 when the bodies already stored are due to have their expiry moved (at most
+# once per refresh_ms: a long history is not walked on every request).
+_ARCHIVE_SEQUENCE = """
 local old = redis.call('LRANGE', KEYS[1], 0, -1)
-local new = #ARGV - 1
+local new = #ARGV - 2
 local common = 0
-while common < new and common < #old and old[common + 1] == ARGV[common + 2] do
+while common < new and common < #old and old[common + 1] == ARGV[common + 3] do
   common = common + 1
 end
 if common == 0 then
@@ -152,25 +178,11 @@ if common == 0 then
 elseif common < #old then
   redis.call('LTRIM', KEYS[1], 0, common - 1)
 end
-for i = common + 1, new do redis.call('RPUSH', KEYS[1], ARGV[i + 1]) end
+for i = common + 1, new do redis.call('RPUSH', KEYS[1], ARGV[i + 2]) end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+local due = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[2])
+return {common, due and 1 or 0}
 """
-    + _REFRESH
-    + """
-return common
-"""
-)
-
-# KEYS: the message keys of the whole list. ARGV: ttl_ms, known, then the bodies of the
-# messages after the first `known`. Stores new bodies once; refreshes every one in use.
-_ARCHIVE_BODIES = (
-    """
-local known = tonumber(ARGV[2])
-for i = known + 1, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[i - known + 2], 'NX', 'PX', ARGV[1])
-end
-"""
-    + _REFRESH
-)
 
 # KEYS: lock. ARGV: token. Compare-and-delete, so only the holder frees it.
 _RELEASE = """
@@ -186,43 +198,73 @@ _SCRIPTS = (
     _RECORD_TURN,
     _READ_SESSION,
     _ARCHIVE_SEQUENCE,
-    _ARCHIVE_BODIES,
     _RELEASE,
 )
 _ALL_SESSIONS = "cp:sessions"
 # A call waits past `timeout_s` only while Redis answers other calls (the proxy is busy, not
 # Redis), and never past this many times `timeout_s`.
 PATIENCE = 5
+# The archive moves the expiry of the bodies it already stored at most once per this share
+# of the TTL: they outlive their session's last request by at least nine tenths of it.
+_REFRESH_SHARE = 0.1
 _FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 
 @contextmanager
-def _unavailable() -> Iterator[None]:
-    """Re-raise any Redis failure as `StoreUnavailableError`."""
+def _unavailable(blame: Callable[[], str] = lambda: WHOLE) -> Iterator[None]:
+    """Re-raise any Redis failure as `StoreUnavailableError` of the scope `blame` names."""
     try:
         yield
+    except StoreUnavailableError:
+        raise
     except _FAILURES as exc:
-        raise StoreUnavailableError(f"Redis is not usable: {exc}") from exc
+        raise StoreUnavailableError(f"Redis is not usable: {exc}", scope=blame()) from exc
 
 
-def _tenant_key(tenant: str, kind: str, name: str = "") -> str:
-    key = f"cp:{{t:{tenant}}}:{kind}"
-    return f"{key}:{name}" if name else key
+def _tag(tenant: str, session_id: str) -> str:
+    return f"cp:{{s:{tenant}:{session_id}}}"
 
 
 def _session_keys(tenant: str, session_id: str) -> list[str]:
-    """The session's state, history, seq, timeline, request and recall keys (in that order).
+    """The session's state, history, archive, timeline, request and recall keys (in that
+    order).
 
     The session's scripts refresh every one of them, so its recall ids live as long as it.
     """
-    tag = f"cp:{{s:{tenant}:{session_id}}}"
-    names = ("state", "history", "seq", "timeline", "request", "recall")
+    tag = _tag(tenant, session_id)
+    names = ("state", "history", "archive", "timeline", "request", "recall")
     return [f"{tag}:{name}" for name in names]
 
 
+def _checkpoint_key(tenant: str, session_id: str, prefix_hash: str) -> str:
+    return f"{_tag(tenant, session_id)}:ckpt:{prefix_hash}"
+
+
+def _summary_key(tenant: str, session_id: str, key: str) -> str:
+    return f"{_tag(tenant, session_id)}:summary:{key}"
+
+
+def _refreshed_key(tenant: str, session_id: str) -> str:
+    return f"{_tag(tenant, session_id)}:refreshed"
+
+
+def _message_key(tenant: str, digest: str) -> str:
+    """An archived message: a tag of its own, so a tenant's messages spread over the
+    cluster; the tenant in its name, so no tenant reads another's."""
+    return f"cp:{{m:{tenant}:{digest}}}"
+
+
+def _lock_key(tenant: str, name: str) -> str:
+    return f"cp:{{l:{tenant}:{name}}}"
+
+
 def _model_key(tenant: str, model: str, fact: str) -> str:
-    """A fact learned about `model` from `tenant`'s requests, under the tenant's tag."""
-    return _tenant_key(tenant, fact, model)
+    """A fact learned about `model` from `tenant`'s requests (both facts under one tag)."""
+    return f"cp:{{f:{tenant}:{model}}}:{fact}"
+
+
+def _tenant_index(tenant: str) -> str:
+    return f"cp:{{t:{tenant}}}:sessions"
 
 
 def _ms(seconds: float) -> int:
@@ -257,6 +299,11 @@ def _pairs(flat: Sequence[str]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+def _messages(bodies: Sequence[str | None]) -> list[Message]:
+    """The bodies that are still there, as messages (an expired one is skipped)."""
+    return [json.loads(body) for body in bodies if body is not None]
+
+
 class RedisStore:
     """A store on Redis (single, Sentinel or Cluster), shared by every replica using it."""
 
@@ -273,24 +320,24 @@ class RedisStore:
         A call ends after `timeout_s` of silence from Redis (see `_Watch`); `max_connections`
         calls run at once, the others wait for their turn."""
         self._client = client
+        self._nodes = Nodes(client)
         self._sentinel = sentinel
         self._timeout_s = timeout_s
         # Backpressure in every mode: the client's pool never has to refuse a connection
         # (redis-py's non-blocking pools raise "Too many connections" past their size, which
         # would lose the write), a call waits for its turn instead.
         self._slots = asyncio.Semaphore(max_connections)
-        self._timeouts = 0
-        self._answered = 0.0  # the loop's time of the last call Redis answered
         # Registering computes the SHA only; the script is loaded on its first NOSCRIPT.
         self._scripts = {text: client.register_script(text) for text in _SCRIPTS}
         self._ttl_s = session_ttl_s
         self._ttl_ms = _ms(session_ttl_s)
+        self._refresh_ms = _ms(session_ttl_s * _REFRESH_SHARE)
 
     @classmethod
     def connect(cls, settings: RedisSettings) -> RedisStore:
         """A store on the client `settings.mode` selects; connects on first use."""
         # redis-py's own timeouts are the backstop; `_call` applies `timeout_s` itself.
-        options = _client_options(settings.timeout_s * PATIENCE)
+        backstop = settings.timeout_s * PATIENCE
         size = settings.max_connections
         limits: dict[str, Any] = {
             "session_ttl_s": settings.session_ttl_s,
@@ -298,8 +345,13 @@ class RedisStore:
             "max_connections": size,
         }
         if settings.mode == "cluster":
+            # No retry: redis-py retries a cluster pipeline that met a dead node by closing
+            # every connection to every node (the calls in flight to healthy masters too)
+            # and sleeping 0.25 s. A failed call is blamed on its node instead (`nodes.py`).
+            options = _client_options(backstop, retries=0)
             client = RedisCluster.from_url(settings.url, max_connections=size, **options)
             return cls(client, **limits)
+        options = _client_options(backstop)
         if settings.mode == "sentinel":
             sentinel = Sentinel(  # type: ignore[no-untyped-call]
                 settings.sentinel_addresses(),
@@ -313,42 +365,44 @@ class RedisStore:
         # A blocking pool: a call past the limit waits for a free connection rather than fail
         # (redis-py's default pool raises at 100 connections, losing that call's write).
         pool = BlockingConnectionPool.from_url(
-            settings.url, max_connections=size, timeout=settings.timeout_s * PATIENCE, **options
+            settings.url, max_connections=size, timeout=backstop, **options
         )
         return cls(Redis.from_pool(pool), **limits)
 
     @asynccontextmanager
-    async def _call(self) -> AsyncIterator[None]:
+    async def _call(self) -> AsyncIterator[Call]:
         """One call to Redis: its turn, then all of it (a connection, connecting, the reply,
-        the retry) under one `_Watch`; any failure raised as `StoreUnavailableError`."""
+        the retry) under one `_Watch`; any failure raised as `StoreUnavailableError` of the
+        place that failed (`Call.scope`)."""
         # The wait for a turn is not bounded by `timeout_s`: under a burst it is the proxy
         # that is busy, not Redis, and a turn comes. A call that timed out meanwhile says
-        # Redis is hung: then this one fails at once instead of waiting a timeout more.
-        timeouts = self._timeouts
-        with _unavailable():
+        # its node is hung: then a leg there fails at once instead of waiting a timeout more.
+        loop = asyncio.get_running_loop()
+        call = Call(self._nodes, began=loop.time())
+        with _unavailable(call.scope):
             async with self._slots:
-                if self._timeouts != timeouts:
-                    raise StoreUnavailableError("Redis timed out on another call meanwhile")
                 # One bound for the whole call: the socket timeout applies to each attempt
                 # and the pool's wait on top, so a hung Redis would cost several of it.
                 try:
                     async with asyncio.timeout(None) as deadline:
-                        watch = _Watch(deadline, self._timeout_s, lambda: self._answered)
+                        watch = _Watch(deadline, self._timeout_s, call.heard)
                         try:
-                            yield
+                            yield call
                         finally:
                             watch.cancel()
                 except (TimeoutError, RedisTimeoutError):
-                    self._timeouts += 1
+                    self._nodes.timed_out(call.failed, loop.time())
                     raise
-                self._answered = asyncio.get_running_loop().time()
 
     async def _script(self, script: str, keys: Sequence[str], *args: Any) -> Any:
         return await self._scripts[script](keys=keys, args=args)
 
-    async def ping(self) -> None:
-        async with self._call():
-            await self._client.ping()
+    async def ping(self, scope: str = WHOLE) -> None:
+        async with self._call() as call:
+            await self._nodes.ping(call, scope)
+
+    def fence(self, scope: str, *, down: bool) -> None:
+        self._nodes.fence(scope, down=down)
 
     async def aclose(self) -> None:
         with _unavailable():
@@ -356,11 +410,15 @@ class RedisStore:
             if self._sentinel is not None:
                 await self._sentinel.aclose()
 
-    async def find_checkpoint(self, tenant: str, hashes: Sequence[str]) -> Checkpoint | None:
+    async def find_checkpoint(
+        self, tenant: str, session_id: str, hashes: Sequence[str]
+    ) -> Checkpoint | None:
         if not hashes:
             return None
-        async with self._call():
-            values = await self._client.mget([_tenant_key(tenant, "ckpt", h) for h in hashes])
+        keys = [_checkpoint_key(tenant, session_id, h) for h in hashes]
+        client = self._client
+        async with self._call() as call:
+            values = await call.on(keys[0], lambda: client.mget(keys))
             candidates = {
                 h: Checkpoint.from_json(json.loads(value))
                 for h, value in zip(hashes, values, strict=True)
@@ -368,21 +426,25 @@ class RedisStore:
             }
             found = find_checkpoint(hashes, candidates)
             if found is not None:
-                key = _tenant_key(tenant, "ckpt", found.prefix_hash)
-                await self._client.pexpire(key, self._ttl_ms)
+                key = _checkpoint_key(tenant, session_id, found.prefix_hash)
+                await call.on(key, lambda: client.pexpire(key, self._ttl_ms))
         return found
 
-    async def put_checkpoint(self, tenant: str, checkpoint: Checkpoint) -> Checkpoint:
-        key = _tenant_key(tenant, "ckpt", checkpoint.prefix_hash)
-        async with self._call():
-            existing = await self._script(
-                _PUT_CHECKPOINT, [key], self._ttl_ms, json.dumps(checkpoint.to_json())
+    async def put_checkpoint(
+        self, tenant: str, session_id: str, checkpoint: Checkpoint
+    ) -> Checkpoint:
+        key = _checkpoint_key(tenant, session_id, checkpoint.prefix_hash)
+        text = json.dumps(checkpoint.to_json())
+        async with self._call() as call:
+            existing = await call.on(
+                key, lambda: self._script(_PUT_CHECKPOINT, [key], self._ttl_ms, text)
             )
         return checkpoint if existing is None else Checkpoint.from_json(json.loads(existing))
 
-    async def drop_checkpoint(self, tenant: str, prefix_hash: str) -> bool:
-        async with self._call():
-            deleted = await self._client.delete(_tenant_key(tenant, "ckpt", prefix_hash))
+    async def drop_checkpoint(self, tenant: str, session_id: str, prefix_hash: str) -> bool:
+        key = _checkpoint_key(tenant, session_id, prefix_hash)
+        async with self._call() as call:
+            deleted = await call.on(key, lambda: self._client.delete(key))
         return bool(deleted)
 
     async def begin_turn(
@@ -390,45 +452,52 @@ class RedisStore:
     ) -> SessionState:
         keys = _session_keys(tenant, session_id)
         args = (self._ttl_ms, repr(at), "0" if model is None else "1", model or "")
-        async with self._call():
-            fields, history = await self._script(_BEGIN_TURN, keys, *args)
-            await self._index(tenant, session_id, at)
-        return _state(_pairs(fields), history)
+        async with self._call() as call:
+            # Side by side: the turn on the session's node, the indexes on theirs (one round
+            # trip's wait). The turn is what the request needs; an index not updated loses
+            # only the session's place in the list until its next turn.
+            began, indexed = await asyncio.gather(
+                call.on(keys[0], lambda: self._script(_BEGIN_TURN, keys, *args)),
+                call.batch(self._index(tenant, session_id, at)),
+                return_exceptions=True,
+            )
+            if isinstance(began, BaseException):
+                raise began
+        fields, history = began
+        state = _state(_pairs(fields), history)
+        if isinstance(indexed, BaseException):
+            message = f"the session was not indexed: {indexed}"
+            raise SessionNotIndexedError(message, scope=call.scope(), state=state) from indexed
+        return state
 
-    async def _index(self, tenant: str, session_id: str, at: float) -> None:
+    def _index(self, tenant: str, session_id: str, at: float) -> list[Op]:
         """List the session under `at`, in its tenant's index and the global one."""
-        # Two hash tags: a plain pipeline, not a transaction (a cluster splits it by node).
-        tenant_index = _tenant_key(tenant, "sessions")
+        tenant_index = _tenant_index(tenant)
         stale = at - self._ttl_s
-        pipe = self._client.pipeline(transaction=False)
-        pipe.zadd(tenant_index, {session_id: at})
-        pipe.zremrangebyscore(tenant_index, "-inf", stale)
-        pipe.pexpire(tenant_index, self._ttl_ms)
-        pipe.zadd(_ALL_SESSIONS, {json.dumps([tenant, session_id]): at})
-        pipe.zremrangebyscore(_ALL_SESSIONS, "-inf", stale)
-        await pipe.execute()
+        member = json.dumps([tenant, session_id])
+        return [
+            Op("zadd", tenant_index, ({session_id: at},)),
+            Op("zremrangebyscore", tenant_index, ("-inf", stale)),
+            Op("pexpire", tenant_index, (self._ttl_ms,)),
+            Op("zadd", _ALL_SESSIONS, ({member: at},)),
+            Op("zremrangebyscore", _ALL_SESSIONS, ("-inf", stale)),
+        ]
 
     async def record_compaction(
         self, tenant: str, session_id: str, record: CompactionRecord
     ) -> None:
         keys = _session_keys(tenant, session_id)
-        async with self._call():
-            await self._script(
-                _RECORD_COMPACTION,
-                keys,
-                self._ttl_ms,
-                json.dumps(record.to_json()),
-                HISTORY_LIMIT,
-            )
+        args = (self._ttl_ms, json.dumps(record.to_json()), HISTORY_LIMIT)
+        async with self._call() as call:
+            await call.on(keys[0], lambda: self._script(_RECORD_COMPACTION, keys, *args))
 
     async def record_usage(
         self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
     ) -> None:
         keys = _session_keys(tenant, session_id)
-        async with self._call():
-            await self._script(
-                _RECORD_USAGE, keys, self._ttl_ms, json.dumps(dict(usage)), repr(pressure)
-            )
+        args = (self._ttl_ms, json.dumps(dict(usage)), repr(pressure))
+        async with self._call() as call:
+            await call.on(keys[0], lambda: self._script(_RECORD_USAGE, keys, *args))
 
     async def record_turn(
         self,
@@ -441,6 +510,7 @@ class RedisStore:
     ) -> None:
         keys = _session_keys(tenant, session_id)
         args = (
+            self._ttl_ms,
             json.dumps(point.to_json()),
             TIMELINE_LIMIT,
             point.tokens_before,
@@ -450,19 +520,20 @@ class RedisStore:
             "" if request is None else json.dumps(dict(request)),
             point.recalls,
         )
-        async with self._call():
-            await self._script(_RECORD_TURN, keys, self._ttl_ms, *args)
+        async with self._call() as call:
+            await call.on(keys[0], lambda: self._script(_RECORD_TURN, keys, *args))
 
     async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
         timeline_key = _session_keys(tenant, session_id)[3]
-        async with self._call():
-            items = cast("list[str]", await self._client.lrange(timeline_key, 0, -1))
+        async with self._call() as call:
+            found = await call.on(timeline_key, lambda: self._client.lrange(timeline_key, 0, -1))
+        items = cast("list[str]", found)
         return [TurnPoint.from_json(json.loads(item)) for item in items]
 
     async def last_request(self, tenant: str, session_id: str) -> dict[str, Any] | None:
         request_key = _session_keys(tenant, session_id)[4]
-        async with self._call():
-            text = await self._client.get(request_key)
+        async with self._call() as call:
+            text = await call.on(request_key, lambda: self._client.get(request_key))
         if text is None:
             return None
         loaded: dict[str, Any] = json.loads(text)
@@ -470,8 +541,10 @@ class RedisStore:
 
     async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
         state, history, *_rest = _session_keys(tenant, session_id)
-        async with self._call():
-            fields, records = await self._script(_READ_SESSION, [state, history])
+        async with self._call() as call:
+            fields, records = await call.on(
+                state, lambda: self._script(_READ_SESSION, [state, history])
+            )
         return _state(_pairs(fields), records) if fields else None
 
     async def list_sessions(
@@ -479,43 +552,40 @@ class RedisStore:
     ) -> list[tuple[str, str, SessionState]]:
         if limit <= 0:
             return []
-        index = _ALL_SESSIONS if tenant is None else _tenant_key(tenant, "sessions")
-        async with self._call():
-            found = await self._client.zrevrange(index, offset, offset + limit - 1)
+        index = _ALL_SESSIONS if tenant is None else _tenant_index(tenant)
+        async with self._call() as call:
+            found = await call.on(
+                index, lambda: self._client.zrevrange(index, offset, offset + limit - 1)
+            )
             members = cast("list[str]", found)
             names = [_member(tenant, member) for member in members]
-            states = await self._load_many(names)
+            states = await self._load_many(call, names)
             gone = [name for name, state in zip(names, states, strict=True) if state is None]
             if gone:
-                await self._unindex(gone)
+                await call.batch(_unindex(gone))
         return [
             (owner, session_id, state)
             for (owner, session_id), state in zip(names, states, strict=True)
             if state is not None
         ]
 
-    async def _load_many(self, names: Sequence[tuple[str, str]]) -> list[SessionState | None]:
+    async def _load_many(
+        self, call: Call, names: Sequence[tuple[str, str]]
+    ) -> list[SessionState | None]:
         """The states of many sessions in one round trip (by node, in a cluster)."""
-        pipe = self._client.pipeline(transaction=False)
+        ops: list[Op] = []
         for tenant, session_id in names:
             state, history, *_rest = _session_keys(tenant, session_id)
-            pipe.hgetall(state)
-            pipe.lrange(history, 0, -1)
-        replies = await pipe.execute()
+            ops += [Op("hgetall", state), Op("lrange", history, (0, -1))]
+        replies = await call.batch(ops)
         pairs = zip(replies[::2], replies[1::2], strict=True)
         return [_state(fields, history) if fields else None for fields, history in pairs]
 
-    async def _unindex(self, names: Sequence[tuple[str, str]]) -> None:
-        pipe = self._client.pipeline(transaction=False)
-        for tenant, session_id in names:
-            pipe.zrem(_tenant_key(tenant, "sessions"), session_id)
-            pipe.zrem(_ALL_SESSIONS, json.dumps([tenant, session_id]))
-        await pipe.execute()
-
     async def delete_session(self, tenant: str, session_id: str) -> bool:
-        async with self._call():
-            deleted = await self._client.delete(*_session_keys(tenant, session_id))
-            await self._unindex([(tenant, session_id)])
+        keys = [*_session_keys(tenant, session_id), _refreshed_key(tenant, session_id)]
+        async with self._call() as call:
+            deleted = await call.on(keys[0], lambda: self._client.delete(*keys))
+            await call.batch(_unindex([(tenant, session_id)]))
         return bool(deleted)
 
     async def archive(
@@ -530,24 +600,31 @@ class RedisStore:
             return
         hashes = content_hashes(messages, hashes)
         state, history, seq, *_rest = _session_keys(tenant, session_id)
-        async with self._call():
-            known = await self._script(
-                _ARCHIVE_SEQUENCE, [seq, state, history], self._ttl_ms, *hashes
-            )
+        keys = [seq, state, history, _refreshed_key(tenant, session_id)]
+        args = (self._ttl_ms, self._refresh_ms, *hashes)
+        async with self._call() as call:
+            known, due = await call.on(seq, lambda: self._script(_ARCHIVE_SEQUENCE, keys, *args))
             # The sequence first: bodies of its known part are stored already (or expired,
-            # which `archived` tolerates); only the rest travel.
-            bodies = [json.dumps(message) for message in messages[known:]]
-            keys = [_tenant_key(tenant, "msg", h) for h in hashes]
-            await self._script(_ARCHIVE_BODIES, keys, self._ttl_ms, known, *bodies)
+            # which `archived` tolerates); only the rest travel. Set if absent, as the
+            # embedded store: a body another session stored keeps its text, and its expiry
+            # moves.
+            ttl = self._ttl_ms
+            ops: list[Op] = []
+            for digest, message in zip(hashes[known:], messages[known:], strict=True):
+                key = _message_key(tenant, digest)
+                ops.append(Op("set", key, (json.dumps(message),), {"nx": True, "px": ttl}))
+                ops.append(Op("pexpire", key, (ttl,)))
+            if due:
+                ops += [Op("pexpire", _message_key(tenant, h), (ttl,)) for h in hashes[:known]]
+            await call.batch(ops)
 
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
-        _state_key, _history, seq, *_rest = _session_keys(tenant, session_id)
-        async with self._call():
-            hashes = cast("list[str]", await self._client.lrange(seq, 0, -1))
-            if not hashes:
-                return []
-            bodies = await self._client.mget([_tenant_key(tenant, "msg", h) for h in hashes])
-        return [json.loads(body) for body in bodies if body is not None]
+        seq = _session_keys(tenant, session_id)[2]
+        async with self._call() as call:
+            found = await call.on(seq, lambda: self._client.lrange(seq, 0, -1))
+            hashes = cast("list[str]", found)
+            bodies = await call.batch([Op("get", _message_key(tenant, h)) for h in hashes])
+        return _messages(bodies)
 
     async def put_recalls(
         self,
@@ -559,78 +636,100 @@ class RedisStore:
         if not recalls and not bodies:
             return
         recall_key = _session_keys(tenant, session_id)[5]
-        # Two hash tags (the session's, the tenant's): a plain pipeline, not a transaction
-        # nor a script (a cluster splits it by node). HSETNX and SET NX are each atomic:
-        # an id keeps the hashes first written for it, a stored body is not rewritten.
-        async with self._call():
-            pipe = self._client.pipeline(transaction=False)
-            for recall_id, hashes in recalls.items():
-                pipe.hsetnx(recall_key, recall_id, json.dumps(list(hashes)))
-            if recalls:
-                pipe.pexpire(recall_key, self._ttl_ms)
-            for digest, message in bodies.items():
-                key = _tenant_key(tenant, "msg", digest)
-                pipe.set(key, json.dumps(message), nx=True, px=self._ttl_ms)
-            await pipe.execute()
+        # Many hash tags (the session's, each body's): pipelines, not a transaction nor a
+        # script. HSETNX and SET NX are each atomic: an id keeps the hashes first written
+        # for it, a stored body is not rewritten.
+        ops = [
+            Op("hsetnx", recall_key, (recall_id, json.dumps(list(hashes))))
+            for recall_id, hashes in recalls.items()
+        ]
+        if recalls:
+            ops.append(Op("pexpire", recall_key, (self._ttl_ms,)))
+        ops += [
+            Op(
+                "set",
+                _message_key(tenant, digest),
+                (json.dumps(message),),
+                {"nx": True, "px": self._ttl_ms},
+            )
+            for digest, message in bodies.items()
+        ]
+        async with self._call() as call:
+            await call.batch(ops)
 
     async def recalled(self, tenant: str, session_id: str, recall_id: str) -> list[Message] | None:
         recall_key = _session_keys(tenant, session_id)[5]
-        async with self._call():
-            listed = await self._client.hget(recall_key, recall_id)
+        async with self._call() as call:
+            listed = await call.on(recall_key, lambda: self._client.hget(recall_key, recall_id))
             if listed is None:
                 return None
             hashes: list[str] = json.loads(listed)
-            if not hashes:
-                return []
-            bodies = await self._client.mget([_tenant_key(tenant, "msg", h) for h in hashes])
-        return [json.loads(body) for body in bodies if body is not None]
+            bodies = await call.batch([Op("get", _message_key(tenant, h)) for h in hashes])
+        return _messages(bodies)
 
-    async def put_summary(self, tenant: str, key: str, text: str) -> None:
-        async with self._call():
-            await self._client.set(_tenant_key(tenant, "summary", key), text, px=self._ttl_ms)
+    async def put_summary(self, tenant: str, session_id: str, key: str, text: str) -> None:
+        name = _summary_key(tenant, session_id, key)
+        async with self._call() as call:
+            await call.on(name, lambda: self._client.set(name, text, px=self._ttl_ms))
 
-    async def find_summaries(self, tenant: str, keys: Sequence[str]) -> dict[str, str]:
+    async def find_summaries(
+        self, tenant: str, session_id: str, keys: Sequence[str]
+    ) -> dict[str, str]:
         if not keys:
             return {}
-        async with self._call():
-            values = await self._client.mget([_tenant_key(tenant, "summary", k) for k in keys])
+        names = [_summary_key(tenant, session_id, key) for key in keys]
+        async with self._call() as call:
+            values = await call.on(names[0], lambda: self._client.mget(names))
         return {
             key: str(value) for key, value in zip(keys, values, strict=True) if value is not None
         }
 
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         token = secrets.token_hex(16)
-        async with self._call():
-            taken = await self._client.set(
-                _tenant_key(tenant, "lock", name), token, nx=True, px=_ms(ttl_s)
-            )
+        key = _lock_key(tenant, name)
+        async with self._call() as call:
+            taken = await call.on(key, lambda: self._client.set(key, token, nx=True, px=_ms(ttl_s)))
         return token if taken else None
 
     async def release(self, tenant: str, name: str, token: str) -> bool:
-        async with self._call():
-            deleted = await self._script(_RELEASE, [_tenant_key(tenant, "lock", name)], token)
+        key = _lock_key(tenant, name)
+        async with self._call() as call:
+            deleted = await call.on(key, lambda: self._script(_RELEASE, [key], token))
         return bool(deleted)
 
     async def calibration(self, tenant: str, model: str) -> float | None:
-        async with self._call():
-            value = await self._client.get(_model_key(tenant, model, "calibration"))
+        value = await self._get(_model_key(tenant, model, "calibration"))
         return None if value is None else float(value)
 
     async def set_calibration(
         self, tenant: str, model: str, factor: float, *, ttl_s: float
     ) -> None:
-        key = _model_key(tenant, model, "calibration")
-        async with self._call():
-            await self._client.set(key, repr(factor), px=_ms(ttl_s))
+        await self._set(_model_key(tenant, model, "calibration"), repr(factor), ttl_s)
 
     async def learned_window(self, tenant: str, model: str) -> int | None:
-        async with self._call():
-            value = await self._client.get(_model_key(tenant, model, "window"))
+        value = await self._get(_model_key(tenant, model, "window"))
         return None if value is None else int(value)
 
     async def learn_window(self, tenant: str, model: str, window: int, *, ttl_s: float) -> None:
-        async with self._call():
-            await self._client.set(_model_key(tenant, model, "window"), str(window), px=_ms(ttl_s))
+        await self._set(_model_key(tenant, model, "window"), str(window), ttl_s)
+
+    async def _get(self, key: str) -> str | None:
+        async with self._call() as call:
+            value = await call.on(key, lambda: self._client.get(key))
+        return cast("str | None", value)
+
+    async def _set(self, key: str, value: str, ttl_s: float) -> None:
+        async with self._call() as call:
+            await call.on(key, lambda: self._client.set(key, value, px=_ms(ttl_s)))
+
+
+def _unindex(names: Sequence[tuple[str, str]]) -> list[Op]:
+    """Take the sessions `names` out of their tenants' indexes and the global one."""
+    ops: list[Op] = []
+    for tenant, session_id in names:
+        ops.append(Op("zrem", _tenant_index(tenant), (session_id,)))
+        ops.append(Op("zrem", _ALL_SESSIONS, (json.dumps([tenant, session_id]),)))
+    return ops
 
 
 class _Watch:
@@ -675,7 +774,7 @@ def _member(tenant: str | None, member: str) -> tuple[str, str]:
     return owner, session_id
 
 
-def _client_options(timeout_s: float) -> dict[str, Any]:
+def _client_options(timeout_s: float, *, retries: int = 1) -> dict[str, Any]:
     """Connection options for every client, bounding how long a request waits on Redis."""
     return {
         "socket_timeout": timeout_s,
@@ -685,7 +784,7 @@ def _client_options(timeout_s: float) -> dict[str, Any]:
         # Not after a timeout: a Redis that did not answer in time will not in a retry.
         "retry": Retry(
             ExponentialWithJitterBackoff(cap=0.1, base=0.01),
-            retries=1,
+            retries=retries,
             supported_errors=(RedisConnectionError,),
         ),
         "decode_responses": True,

@@ -1,0 +1,222 @@
+"""Where each Redis call goes, and what the Redis store knows of each place.
+
+A single Redis, or the master Sentinel names, is one place: `WHOLE`. A Redis Cluster is one
+place per master, named `host:port` as redis-py names its nodes; a key goes where the
+client's slot map says its hash slot is served. A call to the store is made of legs, each
+on one place (`Call.on`, `Call.at`, and `Call.batch`, which runs one pipeline per place side
+by side), so that:
+
+- a failure is blamed on the place that failed (`Call.scope`): the node a leg was sent to,
+  or the nodes still silent when the call timed out; the whole store when it cannot tell;
+- a place the breaker fenced off (`Nodes.fence`) or that timed out on another call since
+  this one began fails a leg at once, before anything is sent: calls for the other places
+  go on, and none waits on a dead node first;
+- a call waits past `timeout_s` only while the places it waits on answer other calls
+  (`Call.heard`): a dead master does not make calls to healthy ones wait, nor the reverse.
+
+A node's probe (`Nodes.ping`) learns the slot map again first: once the cluster has promoted
+a replica, the dead node serves no slot and its keys answer at the new master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis, RedisCluster
+from redis.cluster import PRIMARY
+from redis.exceptions import ClusterDownError, SlotNotCoveredError
+
+from proxy.adapters.store.contract import WHOLE, StoreUnavailableError
+
+RedisClient = Redis | RedisCluster
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One command of a batch, on one key: `pipe.<name>(key, *args, **options)`."""
+
+    name: str
+    key: str
+    args: tuple[Any, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Nodes:
+    """The places of one client: which serves a key, which are fenced off, when each last
+    answered and last timed out (the event loop's clock)."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self.client = client
+        self._cluster = client if isinstance(client, RedisCluster) else None
+        self._fenced: set[str] = set()
+        self._answered: dict[str, float] = {}
+        self._timed_out: dict[str, float] = {}
+
+    def of(self, key: str) -> str:
+        """The place serving `key`: its master in a cluster whose slot map the client has
+        learned, else `WHOLE`."""
+        if self._cluster is None:
+            return WHOLE
+        try:
+            node = self._cluster.get_node_from_key(key)
+        except SlotNotCoveredError:
+            return WHOLE  # no slot map yet: the call learns it, and is blamed whole
+        return WHOLE if node is None else node.name
+
+    def fence(self, scope: str, *, down: bool) -> None:
+        if scope == WHOLE:
+            return
+        if down:
+            self._fenced.add(scope)
+        else:
+            self._fenced.discard(scope)
+
+    def check(self, node: str, began: float) -> None:
+        """Raise `StoreUnavailableError` for `node` when it is fenced, or timed out on another
+        call since `began`: a call there would only wait for the same failure."""
+        if node in self._fenced:
+            raise StoreUnavailableError(f"Redis node {node} is down", scope=node)
+        if self._timed_out.get(node, -math.inf) > began:
+            raise StoreUnavailableError(
+                f"Redis{_at(node)} timed out on another call meanwhile", scope=node
+            )
+
+    def answered(self, node: str, at: float) -> None:
+        self._answered[node] = at
+
+    def last_answered(self, node: str) -> float:
+        return self._answered.get(node, -math.inf)
+
+    def timed_out(self, nodes: set[str], at: float) -> None:
+        for node in nodes:
+            self._timed_out[node] = at
+
+    async def ping(self, call: Call, scope: str) -> None:
+        """Check `scope` answers (see `Store.ping`); raises `StoreUnavailableError`."""
+        cluster = self._cluster
+        if cluster is None:
+            await call.at(WHOLE, self.client.ping)
+        elif scope == WHOLE:
+            await self._serving(call, cluster)
+        else:
+            await self._node_back(call, cluster, scope)
+
+    async def _serving(self, call: Call, cluster: RedisCluster) -> None:
+        """The cluster as a whole serves: a master not fenced off says its state is ok (a
+        PING of any node would answer while the cluster refuses every key)."""
+        await call.at(WHOLE, cluster.initialize)  # a no-op once the slot map is known
+        masters = [node for node in cluster.get_primaries() if node.name not in self._fenced]
+        if not masters:
+            raise StoreUnavailableError("no master of the Redis Cluster is reachable")
+        master = masters[0]
+        info = await call.at(master.name, lambda: cluster.cluster_info(target_nodes=master))
+        state = info.get("cluster_state")
+        if state != "ok":
+            raise StoreUnavailableError(f"the Redis Cluster's state is {state}")
+
+    async def _node_back(self, call: Call, cluster: RedisCluster, scope: str) -> None:
+        # Asked of the other nodes first (the failed one last): a master the cluster has
+        # replaced is no longer listed, and its slots are served by the promoted replica.
+        manager = cluster.nodes_manager
+        await call.at(WHOLE, lambda: manager.initialize(last_failed_node_name=scope))
+        node = cluster.get_node(node_name=scope)
+        if node is None or node.server_type != PRIMARY:
+            return
+        await call.at(scope, lambda: cluster.ping(target_nodes=node), fenced=True)
+
+
+class Call:
+    """One call to the store: the places it waits on now, and those that failed it."""
+
+    def __init__(self, nodes: Nodes, *, began: float) -> None:
+        self._nodes = nodes
+        self._loop = asyncio.get_running_loop()
+        self._began = began
+        self._waiting: dict[str, int] = {}
+        self.failed: set[str] = set()
+        """The places whose legs raised or were still waited on when the call ended."""
+
+    def scope(self) -> str:
+        """The place to blame for the call's failure: the one that failed, else `WHOLE`."""
+        return next(iter(self.failed)) if len(self.failed) == 1 else WHOLE
+
+    def heard(self) -> float:
+        """When the place this call waits on that has been silent longest last answered
+        (now, when the call waits on no place: its time is the proxy's, not Redis's)."""
+        waiting = [node for node, legs in self._waiting.items() if legs]
+        if not waiting:
+            return self._loop.time()
+        return min(self._nodes.last_answered(node) for node in waiting)
+
+    async def on(self, key: str, make: Callable[[], Awaitable[_T]]) -> _T:
+        """`make()`'s value, made on the place serving `key` (every key it touches is
+        there: one hash tag)."""
+        return await self.at(self._nodes.of(key), make)
+
+    async def at(self, node: str, make: Callable[[], Awaitable[_T]], *, fenced: bool = False) -> _T:
+        """`make()`'s value, made on `node`; at once a `StoreUnavailableError` when the node
+        cannot answer (`Nodes.check`), unless `fenced` (a probe asks it anyway)."""
+        if not fenced:
+            self._check(node)
+        self._waiting[node] = self._waiting.get(node, 0) + 1
+        try:
+            value = await make()
+        except BaseException as exc:
+            # A refusal, a reset, or a cancellation by the call's timeout while waiting here.
+            # A cluster that refuses every key (CLUSTERDOWN) is down as a whole.
+            self.failed.add(WHOLE if isinstance(exc, ClusterDownError) else node)
+            raise
+        finally:
+            self._waiting[node] -= 1
+        self._nodes.answered(node, self._loop.time())
+        return value
+
+    def _check(self, node: str) -> None:
+        try:
+            self._nodes.check(node, self._began)
+        except StoreUnavailableError:
+            self.failed.add(node)
+            raise
+
+    async def batch(self, ops: Sequence[Op]) -> list[Any]:
+        """The replies to `ops`, in order: one pipeline per place (not a transaction), the
+        places side by side. Nothing is sent when a place cannot answer; a failed place
+        fails the batch, the others' commands are done."""
+        groups: dict[str, list[int]] = {}
+        for index, op in enumerate(ops):
+            groups.setdefault(self._nodes.of(op.key), []).append(index)
+        for node in groups:
+            self._check(node)
+        replies: list[Any] = [None] * len(ops)
+
+        async def run(indexes: Sequence[int]) -> None:
+            pipe = self._nodes.client.pipeline(transaction=False)
+            for index in indexes:
+                op = ops[index]
+                getattr(pipe, op.name)(op.key, *op.args, **op.options)
+            for index, reply in zip(indexes, await pipe.execute(), strict=True):
+                replies[index] = reply
+
+        legs = [
+            self.at(node, partial(run, indexes), fenced=True) for node, indexes in groups.items()
+        ]
+        if len(legs) <= 1:  # a single Redis, or nothing to do: no task to make
+            for leg in legs:
+                await leg
+            return replies
+        done = await asyncio.gather(*legs, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return replies
+
+
+def _at(node: str) -> str:
+    return f" node {node}" if node else ""
