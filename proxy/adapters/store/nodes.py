@@ -58,6 +58,21 @@ class Nodes:
         self._fenced: set[str] = set()
         self._answered: dict[str, float] = {}
         self._timed_out: dict[str, float] = {}
+        # Whether the cluster client has learned the slot map once: redis-py 8's async cluster
+        # client breaks connections when several calls make it learn the map at once (the
+        # first burst of calls failed with "Connection closed by server"), so one call does.
+        self._learned = self._cluster is None
+        self._learning = asyncio.Lock()
+
+    async def ready(self, call: Call) -> None:
+        """Learn the cluster's slot map, once, before the first call that needs it."""
+        if self._learned:
+            return
+        async with self._learning:
+            if not self._learned:
+                cluster = self.client
+                await call.at(WHOLE, cluster.initialize)
+                self._learned = True
 
     def of(self, key: str) -> str:
         """The place serving `key`: its master in a cluster whose slot map the client has
@@ -111,7 +126,7 @@ class Nodes:
     async def _serving(self, call: Call, cluster: RedisCluster) -> None:
         """The cluster as a whole serves: a master not fenced off says its state is ok (a
         PING of any node would answer while the cluster refuses every key)."""
-        await call.at(WHOLE, cluster.initialize)  # a no-op once the slot map is known
+        await self.ready(call)
         masters = [node for node in cluster.get_primaries() if node.name not in self._fenced]
         if not masters:
             raise StoreUnavailableError("no master of the Redis Cluster is reachable")

@@ -58,6 +58,7 @@ told apart from the others, and left alone until it or its replica answers: `nod
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -69,7 +70,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from proxy.adapters.store.contract import (
@@ -327,8 +328,7 @@ class RedisStore:
         # (redis-py's non-blocking pools raise "Too many connections" past their size, which
         # would lose the write), a call waits for its turn instead.
         self._slots = asyncio.Semaphore(max_connections)
-        # Registering computes the SHA only; the script is loaded on its first NOSCRIPT.
-        self._scripts = {text: client.register_script(text) for text in _SCRIPTS}
+        self._shas = {text: hashlib.sha1(text.encode()).hexdigest() for text in _SCRIPTS}
         self._ttl_s = session_ttl_s
         self._ttl_ms = _ms(session_ttl_s)
         self._refresh_ms = _ms(session_ttl_s * _REFRESH_SHARE)
@@ -387,6 +387,7 @@ class RedisStore:
                     async with asyncio.timeout(None) as deadline:
                         watch = _Watch(deadline, self._timeout_s, call.heard)
                         try:
+                            await self._nodes.ready(call)
                             yield call
                         finally:
                             watch.cancel()
@@ -395,7 +396,14 @@ class RedisStore:
                     raise
 
     async def _script(self, script: str, keys: Sequence[str], *args: Any) -> Any:
-        return await self._scripts[script](keys=keys, args=args)
+        """`script` run on the node serving `keys`, by its SHA once that node knows it."""
+        try:
+            return await self._client.evalsha(self._shas[script], len(keys), *keys, *args)
+        except NoScriptError:
+            # EVAL caches the script on the node that ran it. Not SCRIPT LOAD (what redis-py's
+            # scripts do): a cluster client sends it to every node, a dead one included, and
+            # every call meeting a node that had not run the script yet would fail with it.
+            return await self._client.eval(script, len(keys), *keys, *args)
 
     async def ping(self, scope: str = WHOLE) -> None:
         async with self._call() as call:
