@@ -132,6 +132,11 @@ class LocalCluster:
         """The node serving `key` now."""
         with self.live()[0].client() as client:
             slot = int(client.execute_command("CLUSTER KEYSLOT", key))
+        return self.master_of_slot(slot)
+
+    def master_of_slot(self, slot: int) -> Node:
+        """The node serving `slot` now."""
+        with self.live()[0].client() as client:
             shards = client.execute_command("CLUSTER SLOTS")
         port = next(int(s[2][1]) for s in shards if int(s[0]) <= slot <= int(s[1]))
         return next(node for node in self.nodes if node.port == port)

@@ -110,7 +110,9 @@ class Memory:
 
     def _open(self, exc: StoreUnavailableError) -> None:
         scope = exc.scope
-        if scope in self._down:
+        # A call refused by the fence was refused because this breaker opened: its outage
+        # is known, or ended while the refusal was on its way back (the probe found it back).
+        if scope in self._down or exc.fenced:
             return
         logger.warning("session store unavailable%s, serving without it: %s", _at(scope), exc)
         self._down.add(scope)

@@ -28,11 +28,16 @@ WHOLE = ""
 
 class StoreUnavailableError(Exception):
     """The store cannot be used right now (Redis down, unreachable, refusing), or the part of
-    it `scope` names cannot: a Redis Cluster node (`host:port`); `WHOLE` is all of it."""
+    it `scope` names cannot: a Redis Cluster node (`host:port`); `WHOLE` is all of it.
 
-    def __init__(self, message: str, *, scope: str = WHOLE) -> None:
+    `fenced`: the call was refused without trying, its scope fenced off (`Lifecycle.fence`)
+    by whoever judged it down: news to no one, and maybe stale (the scope may be back by
+    the time the refusal is seen)."""
+
+    def __init__(self, message: str, *, scope: str = WHOLE, fenced: bool = False) -> None:
         super().__init__(message)
         self.scope = scope
+        self.fenced = fenced
 
 
 class SessionNotIndexedError(StoreUnavailableError):
@@ -40,8 +45,10 @@ class SessionNotIndexedError(StoreUnavailableError):
     the session in the indexes `list_sessions` reads, which live on another node (`scope`):
     one write lost, the turn's state good."""
 
-    def __init__(self, message: str, *, scope: str, state: SessionState) -> None:
-        super().__init__(message, scope=scope)
+    def __init__(
+        self, message: str, *, scope: str, state: SessionState, fenced: bool = False
+    ) -> None:
+        super().__init__(message, scope=scope, fenced=fenced)
         self.state = state
 
 

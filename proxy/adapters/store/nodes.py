@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.cluster import PRIMARY
-from redis.exceptions import ClusterDownError, SlotNotCoveredError
+from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
 
 from proxy.adapters.store.contract import WHOLE, StoreUnavailableError
 
@@ -65,14 +65,27 @@ class Nodes:
         self._learning = asyncio.Lock()
 
     async def ready(self, call: Call) -> None:
-        """Learn the cluster's slot map, once, before the first call that needs it."""
-        if self._learned:
+        """Learn the cluster's slot map before a call that needs it: once at first, and again
+        after redis-py marked it stale (a node refused or timed out)."""
+        cluster = self._cluster
+        if cluster is None or (self._learned and not cluster._initialize):
             return
         async with self._learning:
             if not self._learned:
-                cluster = self.client
                 await call.at(WHOLE, cluster.initialize)
                 self._learned = True
+            elif cluster._initialize:
+                # Learned here, not by redis-py on its next command: redis-py would also ask
+                # its default node (the first master, a dead one as likely as any) for its
+                # command table, and on any failure drop every connection to every node,
+                # the calls in flight to healthy masters included. The slot map alone, asked
+                # of the nodes not fenced first, fails without harm while a dead master's
+                # slots are served by no one; then the call fails, blamed whole.
+                fenced = next(iter(self._fenced), None)
+                await call.at(
+                    WHOLE, lambda: cluster.nodes_manager.initialize(last_failed_node_name=fenced)
+                )
+                cluster._initialize = False
 
     def of(self, key: str) -> str:
         """The place serving `key`: its master in a cluster whose slot map the client has
@@ -97,7 +110,7 @@ class Nodes:
         """Raise `StoreUnavailableError` for `node` when it is fenced, or timed out on another
         call since `began`: a call there would only wait for the same failure."""
         if node in self._fenced:
-            raise StoreUnavailableError(f"Redis node {node} is down", scope=node)
+            raise StoreUnavailableError(f"Redis node {node} is down", scope=node, fenced=True)
         if self._timed_out.get(node, -math.inf) > began:
             raise StoreUnavailableError(
                 f"Redis{_at(node)} timed out on another call meanwhile", scope=node
@@ -124,27 +137,26 @@ class Nodes:
             await self._node_back(call, cluster, scope)
 
     async def _serving(self, call: Call, cluster: RedisCluster) -> None:
-        """The cluster as a whole serves: a master not fenced off says its state is ok (a
-        PING of any node would answer while the cluster refuses every key)."""
-        await self.ready(call)
-        masters = [node for node in cluster.get_primaries() if node.name not in self._fenced]
-        if not masters:
-            raise StoreUnavailableError("no master of the Redis Cluster is reachable")
-        master = masters[0]
-        info = await call.at(master.name, lambda: cluster.cluster_info(target_nodes=master))
-        state = info.get("cluster_state")
-        if state != "ok":
-            raise StoreUnavailableError(f"the Redis Cluster's state is {state}")
+        """The cluster as a whole serves: it gives a slot map in which every slot has a
+        master (a PING of any node would answer while the cluster serves none)."""
+        if not self._learned or cluster._initialize:
+            await self.ready(call)
+            return
+        await call.at(WHOLE, cluster.nodes_manager.initialize)
 
     async def _node_back(self, call: Call, cluster: RedisCluster, scope: str) -> None:
-        # Asked of the other nodes first (the failed one last): a master the cluster has
-        # replaced is no longer listed, and its slots are served by the promoted replica.
+        # Asked of the other nodes first (the failed one last). A master the cluster has
+        # replaced is no longer listed, and its slots are served by the promoted replica;
+        # while it is only marked failed its slots are served by no one, and this fails.
         manager = cluster.nodes_manager
         await call.at(WHOLE, lambda: manager.initialize(last_failed_node_name=scope))
         node = cluster.get_node(node_name=scope)
         if node is None or node.server_type != PRIMARY:
             return
-        await call.at(scope, lambda: cluster.ping(target_nodes=node), fenced=True)
+        # Asked of the node itself, not through the client: a refusal there would make the
+        # client learn the slot map again on its next call, which fails (and drops every
+        # connection, to healthy nodes too) while the failed master's slots are unserved.
+        await call.at(scope, lambda: node.execute_command("PING"), fenced=True)
 
 
 class Call:
@@ -185,8 +197,10 @@ class Call:
             value = await make()
         except BaseException as exc:
             # A refusal, a reset, or a cancellation by the call's timeout while waiting here.
-            # A cluster that refuses every key (CLUSTERDOWN) is down as a whole.
-            self.failed.add(WHOLE if isinstance(exc, ClusterDownError) else node)
+            # A cluster that refuses every key (CLUSTERDOWN), or whose slot map the client
+            # could not learn (a slot without a master), is down as a whole.
+            whole = isinstance(exc, ClusterDownError | RedisClusterException)
+            self.failed.add(WHOLE if whole else node)
             raise
         finally:
             self._waiting[node] -= 1

@@ -475,7 +475,10 @@ class RedisStore:
         state = _state(_pairs(fields), history)
         if isinstance(indexed, BaseException):
             message = f"the session was not indexed: {indexed}"
-            raise SessionNotIndexedError(message, scope=call.scope(), state=state) from indexed
+            fenced = isinstance(indexed, StoreUnavailableError) and indexed.fenced
+            raise SessionNotIndexedError(
+                message, scope=call.scope(), state=state, fenced=fenced
+            ) from indexed
         return state
 
     def _index(self, tenant: str, session_id: str, at: float) -> list[Op]:
