@@ -14,8 +14,14 @@ by side), so that:
 - a call waits past `timeout_s` only while the places it waits on answer other calls
   (`Call.heard`): a dead master does not make calls to healthy ones wait, nor the reverse.
 
+- a failure is blamed on the whole store when the cluster as a whole refuses (CLUSTERDOWN)
+  or no slot map with a master for every slot can be learned.
+
 A node's probe (`Nodes.ping`) learns the slot map again first: once the cluster has promoted
-a replica, the dead node serves no slot and its keys answer at the new master.
+a replica, the dead node serves no slot and its keys answer at the new master. The slot map
+is learned here, never by redis-py behind a call (`Nodes.ready`): redis-py's own learning
+asks its default node for the command table too, and drops every connection to every node
+when anything in it fails.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis, RedisCluster
 from redis.cluster import PRIMARY
 from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from proxy.adapters.store.contract import WHOLE, StoreUnavailableError
 
@@ -195,6 +202,12 @@ class Call:
         self._waiting[node] = self._waiting.get(node, 0) + 1
         try:
             value = await make()
+        except AttributeError as exc:
+            # After a node refused, redis-py's cluster client closes that node's idle
+            # connections in the background, and one taken for a call meanwhile is written to
+            # after it closed (its writer gone): the node failed, not the proxy.
+            self.failed.add(node)
+            raise RedisConnectionError(f"a connection to {node} closed under the call") from exc
         except BaseException as exc:
             # A refusal, a reset, or a cancellation by the call's timeout while waiting here.
             # A cluster that refuses every key (CLUSTERDOWN), or whose slot map the client
