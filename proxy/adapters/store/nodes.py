@@ -144,12 +144,22 @@ class Nodes:
             await self._node_back(call, cluster, scope)
 
     async def _serving(self, call: Call, cluster: RedisCluster) -> None:
-        """The cluster as a whole serves: it gives a slot map in which every slot has a
-        master (a PING of any node would answer while the cluster serves none)."""
+        """The cluster as a whole serves: its slot map can be learned (a master for every
+        slot), and a master not fenced off says the cluster's state is ok (a PING of any
+        node would answer while the cluster refuses every key).
+
+        Not learned again when known: every time redis-py learns it, it has every pooled
+        connection reconnect, and readiness asks this every few seconds."""
         if not self._learned or cluster._initialize:
             await self.ready(call)
-            return
-        await call.at(WHOLE, cluster.nodes_manager.initialize)
+        masters = [node for node in cluster.get_primaries() if node.name not in self._fenced]
+        if not masters:
+            raise StoreUnavailableError("no master of the Redis Cluster is reachable")
+        master = masters[0]
+        info = await call.at(master.name, lambda: master.execute_command("CLUSTER INFO"))
+        state = info.get("cluster_state") if isinstance(info, dict) else None
+        if state != "ok":
+            raise StoreUnavailableError(f"the Redis Cluster's state is {state}")
 
     async def _node_back(self, call: Call, cluster: RedisCluster, scope: str) -> None:
         # Asked of the other nodes first (the failed one last). A master the cluster has
