@@ -51,8 +51,10 @@ but find no bodies.
 
 Several keys of different tags are written in one round trip per master (`Call.batch`: a
 pipeline per node, side by side; one pipeline on a single Redis), never as one script or
-transaction. `last_seen` is the caller's `at`: Unix time in seconds. How a failed node is
-told apart from the others, and left alone until it or its replica answers: `nodes.py`.
+transaction. A script runs by EVALSHA on its keys' node, and by EVAL there the first time
+(never SCRIPT LOAD, which a cluster client sends to every node, a dead one included).
+`last_seen` is the caller's `at`: Unix time in seconds. How a failed node is told apart from
+the others, and left alone until it or its replica answers: `nodes.py`.
 """
 
 from __future__ import annotations
