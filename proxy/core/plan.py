@@ -359,15 +359,7 @@ class NeedsSummary:
         kept = eviction.ledger()
         replaced = eviction.replaced()
         clipped = _without(_clipped(summary, work.allowances.summary, work.counter.text), replaced)
-        # The earlier summary's facts count too: a rolling summary that drops one loses it
-        # for good, since the turns it came from are gone.
-        # A cleared result's facts went with it (its size is no fact); the names it kept stay.
-        sources = [
-            {"role": "tool", "content": names_kept(m)} if is_cleared(m) else m
-            for m in eviction.evicted
-        ]
-        if self.previous:
-            sources.insert(0, {"role": "assistant", "content": self.previous})
+        sources = _fact_sources(eviction.evicted, self.previous)
         # What the ledger or the trail lists, the appendix need not list again; nor what the
         # user has since replaced ("$500" after "Budget: $700").
         trail = eviction.trail()
@@ -400,6 +392,19 @@ class NeedsSummary:
 
 
 Plan = Unchanged | Compacted | NeedsSummary
+
+
+def _fact_sources(evicted: Sequence[Message], previous: str | None) -> list[Message]:
+    """The messages whose facts a summary of `evicted` must keep (folding in `previous`)."""
+    # A cleared result's facts went with it (its size is no fact); the names it kept stay.
+    sources: list[Message] = [
+        {"role": "tool", "content": names_kept(m)} if is_cleared(m) else m for m in evicted
+    ]
+    # The earlier summary's facts count too: a rolling summary that drops one loses it for
+    # good, since the turns it came from are gone.
+    if previous:
+        sources.insert(0, {"role": "assistant", "content": previous})
+    return sources
 
 
 def plan_compaction(

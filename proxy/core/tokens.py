@@ -201,6 +201,13 @@ LARGE_TEXT_CHARS: Final = 16 * 1024
 """Texts at least this long have their counts cached by hash (hashing is a small fraction
 of encoding them), so a count made in a worker thread serves the later ones."""
 _TEXT_CACHE_SIZE: Final = 1_024
+SHORT_TEXT_CHARS: Final = 256
+"""Texts shorter than `LARGE_TEXT_CHARS` have their counts cached too: by the text itself
+when shorter than this, by its hash when longer. A compaction counts its ledger's
+statements, its trail's names, its summary's lines and the previous summary one by one,
+the same texts at every compaction and preparation of a conversation: a dict lookup (or a
+hash, a small fraction of encoding) instead of a call into the encoder."""
+_KNOWN_CACHE_SIZE: Final = 65_536
 
 _ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _PNG_DATA_URL: Final = "data:image/png;base64,"
@@ -229,6 +236,7 @@ class TokenCounter:
         self._exact_max_bytes = exact_max_bytes
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._texts: OrderedDict[bytes, int] = OrderedDict()
+        self._known: dict[str | bytes, int] = {}
         self._roles: dict[str, int] = {}
         self._digests: Digests | None = None
         self._digest: Callable[[object], bytes] = digest
@@ -260,6 +268,7 @@ class TokenCounter:
                 if tokens is not None:
                     apart._cache[key] = tokens
         apart._texts = self._texts.copy()
+        apart._known = {}
         apart._roles = dict(self._roles)
         if self._digests is not None:
             apart._digests = self._digests.copy()
@@ -270,12 +279,28 @@ class TokenCounter:
         """Cache what a counter made by `apart` knows, its new counts included (and its new
         digests, when both serve one request)."""
         self.remember(Counted(apart._cache, apart._texts))
+        for key, tokens in apart._known.items():
+            self._remember_known(key, tokens)
         if self._digests is not None and apart._digests is not None:
             self._digests.update(apart._digests)
 
     def text(self, text: str) -> int:
-        """Tokens of plain text (cached only when long, see `LARGE_TEXT_CHARS`)."""
-        return self._encode(text)
+        """Tokens of plain text (cached, see `SHORT_TEXT_CHARS` and `LARGE_TEXT_CHARS`)."""
+        if len(text) >= LARGE_TEXT_CHARS:
+            return self._encode(text)
+        key: str | bytes = text if len(text) < SHORT_TEXT_CHARS else digest(text)
+        tokens = self._known.get(key)
+        if tokens is None:
+            tokens = self.encoder.count(text)
+            self._remember_known(key, tokens)
+        return tokens
+
+    def _remember_known(self, key: str | bytes, tokens: int) -> None:
+        if len(self._known) >= _KNOWN_CACHE_SIZE:
+            # The oldest entry goes (dicts keep insertion order): cheaper than an LRU's
+            # bookkeeping on every hit, and a conversation's texts come back together.
+            del self._known[next(iter(self._known))]
+        self._known[key] = tokens
 
     def message(self, message: Mapping[str, Any]) -> int:
         """Tokens of one message, framing included; malformed messages count without raising."""
