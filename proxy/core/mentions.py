@@ -15,15 +15,16 @@ Two things are remembered per message:
 - its ranked facts (`proxy.core.ledger.ranked_facts`): what a summary is checked against.
 
 Pure: a `Mentions` is a cache, like the token counter's, that the service holds for the life
-of the process and passes into the plan; it does no I/O and reads no clock. Not thread-safe:
-a plan in a worker thread takes one made by `apart`, merged back afterwards.
+of the process and passes into the plan; it does no I/O and reads no clock. A plan in a
+worker thread takes one made by `apart` (it writes only its own tables), merged back
+afterwards.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from typing import Final, TypeVar
 
 from proxy.core.artifacts import names_of
@@ -43,7 +44,15 @@ _T = TypeVar("_T")
 class Mentions:
     """The names and facts of messages, each found once, least recently used forgotten."""
 
-    __slots__ = ("_digest", "_digests", "_facts", "_facts_size", "_names", "_names_size")
+    __slots__ = (
+        "_digest",
+        "_digests",
+        "_facts",
+        "_facts_size",
+        "_names",
+        "_names_size",
+        "_parent",
+    )
 
     def __init__(
         self, *, names_size: int = NAMES_CACHE_SIZE, facts_size: int = FACTS_CACHE_SIZE
@@ -54,6 +63,7 @@ class Mentions:
         self._facts_size = facts_size
         self._digests: Digests | None = None
         self._digest: Callable[[object], bytes] = digest
+        self._parent: Mentions | None = None
 
     def for_request(self, digests: Digests) -> Mentions:
         """These caches, taking message digests from `digests` (one request's table, which
@@ -65,23 +75,25 @@ class Mentions:
 
     def names(self, message: Message) -> tuple[str, ...]:
         """The names `message` adds to the artifact trail (`names_of`)."""
-        return _cached(self._names, self._digest(message), message, names_of, self._names_size)
+        parent = None if self._parent is None else self._parent._names
+        key = self._digest(message)
+        return _cached(self._names, parent, key, message, names_of, self._names_size)
 
     def facts(self, message: Message) -> tuple[Ranked, ...]:
         """`message`'s ranked facts (`ranked_facts`)."""
+        parent = None if self._parent is None else self._parent._facts
         key = self._digest(message)
-        return _cached(self._facts, key, message, ranked_facts, self._facts_size)
+        return _cached(self._facts, parent, key, message, ranked_facts, self._facts_size)
 
-    def apart(self, messages: Iterable[Message]) -> Mentions:
-        """A cache for one piece of work in a worker thread (a plan of `messages`): it knows
-        what this one knows of them, in tables of its own (and a copy of the request's
-        digests). Pass it to `merge` afterwards, on this cache's own thread."""
+    def apart(self) -> Mentions:
+        """A cache for one piece of work in a worker thread (a plan): it writes what it
+        finds into tables of its own (and a copy of the request's digests), and looks up
+        what it does not know in this cache's tables, one `dict.get` each (see
+        `TokenCounter.apart` for why that is safe while this thread changes them). Pass it
+        to `merge` afterwards, on this cache's own thread."""
         apart = copy.copy(self)
+        apart._parent = self
         apart._names, apart._facts = OrderedDict(), OrderedDict()
-        for message in messages:
-            key = self._digest(message)
-            _copied(self._names, apart._names, key)
-            _copied(self._facts, apart._facts, key)
         if self._digests is not None:
             apart._digests = self._digests.copy()
             apart._digest = apart._digests.of
@@ -100,6 +112,7 @@ class Mentions:
 
 def _cached(
     cache: OrderedDict[bytes, _T],
+    parent: Mapping[bytes, _T] | None,
     key: bytes,
     message: Message,
     find: Callable[[Message], _T],
@@ -109,15 +122,13 @@ def _cached(
     if found is not None:
         cache.move_to_end(key)
         return found
+    if parent is not None:
+        found = parent.get(key)
+        if found is not None:
+            return found
     found = find(message)
     _store(cache, key, found, size)
     return found
-
-
-def _copied(source: OrderedDict[bytes, _T], target: OrderedDict[bytes, _T], key: bytes) -> None:
-    found = source.get(key)
-    if found is not None:
-        target[key] = found
 
 
 def _store(cache: OrderedDict[bytes, _T], key: bytes, value: _T, size: int) -> None:

@@ -190,8 +190,7 @@ class ChatForwarder:
             recall=turn.recall_scope,
         )
         result = await turn.planned(
-            outcome.messages,
-            lambda c, m: plan_emergency(situation, c, stated_limit=window, mentions=m),
+            lambda c, m: plan_emergency(situation, c, stated_limit=window, mentions=m)
         )
         if not isinstance(result, Compacted):
             return None

@@ -166,7 +166,7 @@ class Compactor:
             notes=known_notes(outcome.checkpoint),
             recall=turn.recall_scope,
         )
-        plan = await turn.planned(situation.messages, lambda c, m: plan_compaction(situation, c, m))
+        plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         # Whether compaction had its chance: after it, a request still over the provider's
         # window cannot be helped, and the proxy answers the overflow itself.
         tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"

@@ -102,23 +102,26 @@ def test_work_apart_sees_what_is_known_and_gives_back_what_it_found(calls: list[
     known, new = tool_result("c1", "see src/a.py"), tool_result("c2", "see src/b.py")
     mentions.names(known)
     mentions.facts(known)
-    apart = mentions.apart([known, new])
+    apart = mentions.apart()
     calls.clear()
     assert apart.names(known) == ("src/a.py",)
     assert apart.facts(known) == ranked_facts(known)
     assert calls == []
     assert apart.names(new) == ("src/b.py",)
-    assert calls == ["names"]
+    assert apart.facts(new) == ranked_facts(new)
+    assert calls == ["names", "facts"]
+    assert len(mentions._names) == 1  # the thread wrote only its own tables
     mentions.merge(apart)
     assert mentions.names(new) == ("src/b.py",)
-    assert calls == ["names"]
+    assert mentions.facts(new) == ranked_facts(new)
+    assert calls == ["names", "facts"]
 
 
 def test_work_apart_without_a_request_keeps_no_digests(calls: list[str]) -> None:
     mentions = Mentions()
     result = tool_result("c1", "see src/a.py")
-    apart = mentions.apart([result])
+    apart = mentions.apart()
     assert apart.names(result) == ("src/a.py",)
     mentions.merge(apart)
-    assert mentions.apart([result]).names(result) == ("src/a.py",)
+    assert mentions.apart().names(result) == ("src/a.py",)
     assert calls == ["names"]

@@ -39,7 +39,7 @@ def test_texts_counted_apart_are_known_once_merged() -> None:
     encoder = Recording()
     counter = TokenCounter(encoder).for_request(Digests())
     counter.text("known before")
-    apart = counter.apart([], {})
+    apart = counter.apart()
     apart.text("counted apart")
     assert encoder.seen == [len("known before"), len("counted apart")]
     counter.merge(apart)
