@@ -8,11 +8,15 @@ finds it once, remembers it under the message's digest (`proxy.core.digests`) an
 back to every later compaction of the conversation: the work then follows a conversation's
 new messages, not its history. Each finding is linear in the message's length.
 
-Two things are remembered per message:
+Three things are remembered per message:
 
 - its names (`proxy.core.artifacts.names_of`): what a cleared placeholder keeps and what the
   artifact trail lists;
-- its ranked facts (`proxy.core.ledger.ranked_facts`): what a summary is checked against.
+- its ranked facts (`proxy.core.ledger.ranked_facts`): what a summary is checked against;
+- its statements (`proxy.core.statements.message_statements`): what the ledger carries of
+  what a user or an instruction said. Every plan sizes the ledger of the whole
+  conversation, system prompt included: ranking a long prompt's sentences again at each
+  plan was a third of a plan's time.
 
 Pure: a `Mentions` is a cache, like the token counter's, that the service holds for the life
 of the process and passes into the plan; it does no I/O and reads no clock. A plan in a
@@ -31,12 +35,15 @@ from proxy.core.artifacts import names_of
 from proxy.core.digests import Digests, digest
 from proxy.core.ledger import Ranked, ranked_facts
 from proxy.core.messages import Message
+from proxy.core.statements import Statement, message_statements
 
 NAMES_CACHE_SIZE: Final = 65_536
 """Messages whose names are remembered (a few short strings each)."""
 FACTS_CACHE_SIZE: Final = 8_192
 """Messages whose facts are remembered: a message's facts are many more, and only a span
 being summarized needs them."""
+STATEMENTS_CACHE_SIZE: Final = 16_384
+"""Messages whose statements are remembered (user and instruction messages, mostly short)."""
 
 _T = TypeVar("_T")
 
@@ -52,6 +59,7 @@ class Mentions:
         "_names",
         "_names_size",
         "_parent",
+        "_statements",
     )
 
     def __init__(
@@ -59,6 +67,7 @@ class Mentions:
     ) -> None:
         self._names: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
         self._facts: OrderedDict[bytes, tuple[Ranked, ...]] = OrderedDict()
+        self._statements: OrderedDict[bytes, tuple[Statement, ...]] = OrderedDict()
         self._names_size = names_size
         self._facts_size = facts_size
         self._digests: Digests | None = None
@@ -85,6 +94,20 @@ class Mentions:
         key = self._digest(message)
         return _cached(self._facts, parent, key, message, ranked_facts, self._facts_size)
 
+    def statements(self, message: Message, is_task: bool) -> tuple[Statement, ...]:
+        """`message`'s statements (`message_statements`)."""
+        parent = None if self._parent is None else self._parent._statements
+        # The task's statements rank apart: its own entry.
+        key = self._digest(message) + (b"t" if is_task else b"")
+        return _cached(
+            self._statements,
+            parent,
+            key,
+            message,
+            lambda m: message_statements(m, is_task),
+            STATEMENTS_CACHE_SIZE,
+        )
+
     def apart(self) -> Mentions:
         """A cache for one piece of work in a worker thread (a plan): it writes what it
         finds into tables of its own (and a copy of the request's digests), and looks up
@@ -93,7 +116,7 @@ class Mentions:
         to `merge` afterwards, on this cache's own thread."""
         apart = copy.copy(self)
         apart._parent = self
-        apart._names, apart._facts = OrderedDict(), OrderedDict()
+        apart._names, apart._facts, apart._statements = OrderedDict(), OrderedDict(), OrderedDict()
         if self._digests is not None:
             apart._digests = self._digests.copy()
             apart._digest = apart._digests.of
@@ -106,6 +129,8 @@ class Mentions:
             _store(self._names, key, names, self._names_size)
         for key, facts in apart._facts.items():
             _store(self._facts, key, facts, self._facts_size)
+        for key, said in apart._statements.items():
+            _store(self._statements, key, said, STATEMENTS_CACHE_SIZE)
         if self._digests is not None and apart._digests is not None:
             self._digests.update(apart._digests)
 

@@ -12,6 +12,7 @@ from proxy.core.digests import Digests
 from proxy.core.ledger import extract_facts, ledger_of, ranked_facts
 from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
+from proxy.core.statements import message_statements, statements_of
 from tests.builders import assistant_calls, tool_result, user
 
 
@@ -125,3 +126,34 @@ def test_work_apart_without_a_request_keeps_no_digests(calls: list[str]) -> None
     mentions.merge(apart)
     assert mentions.apart().names(result) == ("src/a.py",)
     assert calls == ["names"]
+
+
+def test_a_messages_statements_are_found_once_and_the_tasks_rank_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bool] = []
+
+    def statements(message: Message, is_task: bool) -> Any:
+        seen.append(is_task)
+        return message_statements(message, is_task)
+
+    monkeypatch.setattr(module, "message_statements", statements)
+    mentions = Mentions()
+    task = user("Migrate the billing service. Keep the API stable.")
+    assert mentions.statements(task, False) == message_statements(task, False)
+    assert mentions.statements(dict(task), False) == message_statements(task, False)
+    assert mentions.statements(task, True) == message_statements(task, True)
+    assert mentions.statements(task, True) != mentions.statements(task, False)
+    assert seen == [False, True]
+    # Work in a thread finds them, and what it finds comes back merged.
+    apart = mentions.apart()
+    other = user("Never push to main.")
+    assert apart.statements(task, True) == message_statements(task, True)
+    assert apart.statements(other, False) == message_statements(other, False)
+    assert seen == [False, True, False]
+    mentions.merge(apart)
+    assert mentions.statements(other, False) == message_statements(other, False)
+    assert seen == [False, True, False]
+    assert statements_of([task, other], task=task, each=mentions.statements) == statements_of(
+        [task, other], task=task
+    )
