@@ -53,6 +53,12 @@ WINDOWS = {SMALL_MODEL: 16_000, LARGE_MODEL: 131_072}
 RESULT_TOKENS = 800
 TIMEOUT_S = 120.0
 _R = TypeVar("_R")
+SIZES: dict[str, dict[str, int]] = {
+    "default": {"steps": 60, "agents": 8, "rounds": 3},
+    "quick": {"steps": 60, "agents": 8, "rounds": 1},
+    "smoke": {"steps": 12, "agents": 2, "rounds": 1},
+}
+"""`run_growth`'s arguments at each of the suite's sizes."""
 
 _PHRASE = (
     "the worker reads the queue and retries each failed upload after a short backoff while "
@@ -410,6 +416,22 @@ def run_growth(
             server.stop()
         if redis is not None:
             redis.stop()
+
+
+def added_p99(result: GrowthResult, target: str) -> float:
+    """The fleet's p99 through `target` less the direct one (NaN when either is missing)."""
+    direct, proxied = result.fleet.get("direct"), result.fleet.get(target)
+    if direct is None or proxied is None or not proxied.samples or not direct.samples:
+        return float("nan")
+    return percentile(proxied.latencies(), 0.99) - percentile(direct.latencies(), 0.99)
+
+
+def workers_ratio(result: GrowthResult) -> float:
+    """Two workers' throughput over one worker's (NaN when not both measured)."""
+    one, two = result.fleet.get("proxy"), result.fleet.get("proxy-2-workers")
+    if one is None or two is None or not one.rps:
+        return float("nan")
+    return two.rps / one.rps
 
 
 def report(result: GrowthResult) -> str:
