@@ -19,7 +19,9 @@ A checkpoint the store returns is trusted for the prefix it names, never for its
 found after the turn was read (another request's, or the one stored first in place of this
 one's) is adopted only when the view over it is one this turn would not compact (`_adopted`):
 a snapshot Redis restarted from, or a replica promoted when its master died, brings back a
-checkpoint of an old prefix, with all the history since after it.
+checkpoint of an old prefix, with all the history since after it. And what a compaction
+leaves standing on a checkpoint must fit the usable input, or the request is compacted from
+its own messages alone (`_landed`): whatever the store said, the plan's landing holds.
 """
 
 from __future__ import annotations
@@ -156,6 +158,13 @@ class Compactor:
         *,
         trigger: str | None = None,
     ) -> Outcome:
+        trigger = trigger or ("hook" if action.force else "pressure")
+        compacted = await self._compaction(action, turn, outcome, trigger)
+        return await self._landed(turn, compacted, trigger)
+
+    async def _compaction(
+        self, action: hooks.CompactContext, turn: Turn, outcome: Outcome, trigger: str
+    ) -> Outcome:
         changes = {
             "strategy": action.strategy,
             "keep_recent": action.keep_recent,
@@ -177,7 +186,6 @@ class Compactor:
         # window cannot be helped, and the proxy answers the overflow itself.
         tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
         outcome = replace(outcome, tried=tried)
-        trigger = trigger or ("hook" if action.force else "pressure")
         if isinstance(plan, NeedsSummary) and trigger == "manual":
             return await self._summarize_once(plan, turn, outcome, trigger)
         if isinstance(plan, NeedsSummary):
@@ -310,6 +318,50 @@ class Compactor:
             turn.budget.estimate(adopted.tokens_after),
         )
         return None
+
+    async def _landed(self, turn: Turn, outcome: Outcome, trigger: str) -> Outcome:
+        """`outcome`, unless it stands on a stored checkpoint and is over the usable input:
+        then the request compacted from its own messages alone, when that is smaller.
+
+        The plan lands any view it is given that can be brought under the usable input, but
+        a view over a checkpoint holds what the store said (another replica's messages, of
+        another version, that no longer pair with this request's): one the plan could not
+        bring under it is not forwarded while the client's own messages can be.
+        """
+        if outcome.checkpoint is None or turn.budget.fits(outcome.tokens_after):
+            return outcome
+        messages = turn.view(None)
+        situation = Situation(
+            messages, turn.tools_body(), turn.policy, turn.budget, recall=turn.recall_scope
+        )
+        plan = await turn.planned(messages, lambda c, m: plan_compaction(situation, c, m))
+        if isinstance(plan, NeedsSummary):
+            plan = plan.fallback()  # at once: nothing the store prepared is trusted here
+        alone = replace(
+            outcome,
+            messages=messages,
+            tokens_after=turn.tokens(messages),
+            checkpoint=None,
+            strategy=None,
+        )
+        if isinstance(plan, Compacted):
+            alone = replace(alone, tokens_after=plan.tokens_after)
+        if alone.tokens_after >= outcome.tokens_after:
+            return outcome
+        logger.warning(
+            "%d tokens over a stored checkpoint, over the usable input: compacted from the "
+            "request alone to %d",
+            turn.budget.estimate(outcome.tokens_after),
+            turn.budget.estimate(alone.tokens_after),
+        )
+        if isinstance(plan, Compacted):
+            frozen = await self.freeze(turn, plan, trigger, alone)
+            if frozen.stored:
+                # As any compaction that truncated: what it dropped is summarized for the next.
+                self.preparer.settled(turn, used=False)
+                self.preparer.fold(turn, plan)
+            alone = frozen.outcome
+        return replace(alone, tried=True)
 
     async def _keep_recalls(self, turn: Turn, result: Compacted) -> None:
         """Store what the compaction's recall ids stand for, by content hash: the client's

@@ -6,8 +6,8 @@ whose breaker is open, whose prefix another replica is summarizing (it waits for
 checkpoint, or gives up and truncates), or that another request compacted between reading the
 turn and taking the lock; a request in its turn cooldown that adopts a newer checkpoint; the
 hooks' log lines; a compaction that changes only the head. And what the store returns that
-would not land: a checkpoint of an old prefix found after an outage (issue 23), another
-replica's larger one of the same prefix.
+would not land: a checkpoint of an old prefix found after an outage (issue 23), one whose
+messages no longer pair with the request's, another replica's larger one of the same prefix.
 """
 
 from __future__ import annotations
@@ -469,6 +469,44 @@ async def stray_checkpoint(parts: Parts, turn: Turn, covered: int, *, words: int
     return checkpoint
 
 
+@pytest.mark.parametrize(
+    ("messages", "strategy"),
+    [
+        pytest.param(history(3), None, id="fits-alone"),
+        pytest.param(tool_session(14), "clear_tool_results", id="cleared-alone"),
+        pytest.param(history(30), "truncate", id="truncated-alone"),
+    ],
+)
+async def test_a_stored_checkpoint_the_plan_cannot_use_gives_way_to_the_request_alone(
+    parts: Parts, messages: list[Any], strategy: str | None
+) -> None:
+    """The view over the checkpoint is malformed (the plan forwards it as it is) and over
+    the window: the request is compacted from its own messages instead, or forwarded as
+    sent when they fit."""
+    read = await turn_of(parts, messages)
+    await stray_checkpoint(parts, read, 2, words=8_000)
+    turn = await turn_of(parts, messages)
+    assert turn.checkpoint is not None
+    outcome = await parts.compactor.before_forward(turn)
+    assert outcome.tried
+    assert outcome.strategy == strategy
+    assert turn.budget.fits(outcome.tokens_after)
+    assert outcome.checkpoint is None or outcome.checkpoint.covered > 2
+    assert outcome.tokens_before == unchanged(turn).tokens_before
+
+
+async def test_a_stored_checkpoint_smaller_than_the_request_alone_stays(parts: Parts) -> None:
+    """Over the window either way (the instructions alone are): what stands on the
+    checkpoint is smaller, and is forwarded (the proxy then answers the overflow itself)."""
+    messages = history(3, system="rules " * 7_000)
+    read = await turn_of(parts, messages)
+    stray = await stray_checkpoint(parts, read, len(read.body) - 1, words=1)
+    turn = await turn_of(parts, messages)
+    outcome = await parts.compactor.before_forward(turn)
+    assert outcome.checkpoint == stray
+    assert not turn.budget.fits(outcome.tokens_after)
+
+
 def grown_result(result: Compacted, words: int) -> Compacted:
     """`result` with its first compacted message (the note standing for the removed span)
     longer by `words`: the same prefix compacted by another replica, another way."""
@@ -533,3 +571,24 @@ async def test_a_request_in_cooldown_keeps_its_view_over_a_checkpoint_that_does_
         outcome = await parts.compactor.before_forward(cooling)
         assert outcome.checkpoint == first.checkpoint  # the stored one is over the window
         assert outcome == unchanged(cooling)
+
+
+async def test_two_requests_over_one_unusable_checkpoint_compact_alone_once(parts: Parts) -> None:
+    """Both give way to their own messages: the first stores its compaction, the second
+    forwards that one (one compaction, one prefix), and only the first's drop is summarized
+    for the next compaction."""
+    messages = history(30)
+    await stray_checkpoint(parts, await turn_of(parts, messages), 2, words=8_000)
+    first, second = await turn_of(parts, messages), await turn_of(parts, messages)
+    one = await parts.compactor.before_forward(first)
+    await parts.compactor.preparer.settle()
+    folded = len(parts.mock.summary_requests)
+    assert folded >= 1  # what the first one dropped, summarized for the next time
+    two = await parts.compactor.before_forward(second)
+    await parts.compactor.preparer.settle()
+    assert one.checkpoint is not None
+    assert one.checkpoint.covered > 2
+    assert two.checkpoint == one.checkpoint
+    assert two.messages == one.messages
+    assert parts.counted("compactions") == 1
+    assert len(parts.mock.summary_requests) == folded
