@@ -334,7 +334,7 @@ class Compactor:
         situation = Situation(
             messages, turn.tools_body(), turn.policy, turn.budget, recall=turn.recall_scope
         )
-        plan = await turn.planned(messages, lambda c, m: plan_compaction(situation, c, m))
+        plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         if isinstance(plan, NeedsSummary):
             plan = plan.fallback()  # at once: nothing the store prepared is trusted here
         alone = replace(
