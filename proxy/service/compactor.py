@@ -311,6 +311,7 @@ class Compactor:
                 return adopted
         elif adopted.tokens_after <= ceiling:
             return adopted
+        self._metrics.checkpoint_refused("over_trigger")
         logger.warning(
             "a stored checkpoint of %d of %d messages would forward about %d tokens: not used",
             stored.covered,
@@ -348,6 +349,7 @@ class Compactor:
             alone = replace(alone, tokens_after=plan.tokens_after)
         if alone.tokens_after >= outcome.tokens_after:
             return outcome
+        self._metrics.checkpoint_refused("over_input")
         logger.warning(
             "%d tokens over a stored checkpoint, over the usable input: compacted from the "
             "request alone to %d",

@@ -457,6 +457,7 @@ async def test_a_checkpoint_found_after_an_outage_read_none_is_not_forwarded_who
         assert budget.pressure(outcome.tokens_after) < during_outage.policy.compression_trigger
         assert outcome.checkpoint is not None
         assert outcome.checkpoint.covered > old.checkpoint.covered
+        assert parts.counted("checkpoints_refused") >= 1
 
 
 async def stray_checkpoint(parts: Parts, turn: Turn, covered: int, *, words: int) -> Checkpoint:
@@ -493,6 +494,7 @@ async def test_a_stored_checkpoint_the_plan_cannot_use_gives_way_to_the_request_
     assert turn.budget.fits(outcome.tokens_after)
     assert outcome.checkpoint is None or outcome.checkpoint.covered > 2
     assert outcome.tokens_before == unchanged(turn).tokens_before
+    assert parts.counted("checkpoints_refused") >= 1
 
 
 async def test_a_stored_checkpoint_smaller_than_the_request_alone_stays(parts: Parts) -> None:
