@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bench.cases.mock_check import MockCheck
+from bench.growth import GrowthResult
+from bench.growth import report as growth_report
 from bench.measures import (
     DIRECT,
     LITELLM,
@@ -37,6 +39,8 @@ class Run:
     sessions: list[SessionResult] = field(default_factory=list)
     cells: list[CellResult] = field(default_factory=list)
     """The effectiveness matrix, cell by cell."""
+    growth: GrowthResult | None = None
+    """Agents with growing histories (`bench/growth.py`)."""
     mock_check: MockCheck | None = None
     verdicts: list[Verdict] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
@@ -202,6 +206,12 @@ def _compaction_headers(run: Run) -> list[str]:
         *lines,
         "",
     ]
+
+
+def _growth(run: Run) -> list[str]:
+    if run.growth is None:
+        return []
+    return ["## Agents with growing histories", "", growth_report(run.growth), ""]
 
 
 def _mock_check(run: Run) -> list[str]:
@@ -680,6 +690,7 @@ def render(run: Run) -> str:
         *problems,
         *_overhead(run),
         *_mock_check(run),
+        *_growth(run),
         *_sessions(run),
         *_matrix(run),
         *_profiles(run),

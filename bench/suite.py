@@ -2,7 +2,7 @@
 on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 
     python -m bench.suite [--size default|quick|smoke] [--no-litellm] [--no-profile]
-                          [--no-overhead] [--no-sessions] [--no-store-load]
+                          [--no-overhead] [--no-sessions] [--no-store-load] [--no-growth]
                           [--no-matrix | --matrix-only] [--workload NAME ...]
                           [--upstream-latency-ms 0] [--chunks 64] [--out bench/results]
 
@@ -18,6 +18,8 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
    `bench/recall.py`; `--workload` runs only some.
 4. The store under load: concurrent streams, each its own conversation, through the proxy on
    a private redis-server; its store errors and what Redis kept (`bench/cases/store_load.py`).
+   Then agents whose histories grow as real agents' do, one and eight at once, through one
+   worker and two (`bench/growth.py`).
 5. A Markdown report with every target met or missed, PNG charts, and a py-spy profile of
    the proxy for each missed overhead target, in `--out`.
 """
@@ -25,6 +27,7 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import importlib.metadata
 import os
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench import charts
+from bench import charts, growth
 from bench.cases import matrix, overhead, store_load
 from bench.cases.mock_check import check_mocks
 from bench.cases.session import PLANS, run_session
@@ -47,6 +50,7 @@ from bench.progress import Progress
 from bench.report import Run, render
 from bench.stack import Stack, running_stack
 from bench.targets import (
+    growth_verdicts,
     matrix_verdicts,
     overhead_verdicts,
     session_verdicts,
@@ -96,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-sessions", action="store_true", help="skip the agent sessions")
     parser.add_argument(
         "--no-store-load", action="store_true", help="skip the store under load (Redis)"
+    )
+    parser.add_argument(
+        "--no-growth", action="store_true", help="skip the agents with growing histories"
     )
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--no-matrix", action="store_true", help="skip the effectiveness matrix")
@@ -236,6 +243,19 @@ async def _run(args: argparse.Namespace, run: Run) -> None:
         if result.problem is not None:
             run.problems.append(f"store under load not measured: {result.problem}")
         run.verdicts.append(store_load_verdict(result))
+    if not args.no_growth:
+        progress.step("agents with growing histories")
+        # Its own servers and event loop, in a thread: this loop only waits for it.
+        shape = growth.SIZES[size.name]
+        grown = await asyncio.to_thread(
+            growth.run_growth,
+            args.out / "growth",
+            steps=shape["steps"],
+            agents=shape["agents"],
+            rounds=shape["rounds"],
+        )
+        run.growth = grown
+        run.verdicts += growth_verdicts(grown)
     if cells:
         await _matrix(run, cells, encoders, args.out, progress)
     progress.close()
@@ -268,6 +288,7 @@ def main() -> int:
     args = _parser().parse_args()
     if args.matrix_only:
         args.no_overhead = args.no_sessions = args.no_litellm = args.no_store_load = True
+        args.no_growth = True
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(machine(), _settings(args))
     start = time.monotonic()

@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bench.cases.store_load import StoreLoadResult
-from bench.measures import LITELLM, PROXY, CaseResult, CellResult, SessionResult, Tally
+from bench.growth import GrowthResult, added_p99, workers_ratio
+from bench.measures import (
+    LITELLM,
+    PROXY,
+    CaseResult,
+    CellResult,
+    SessionResult,
+    Tally,
+    percentile,
+)
 
 Status = Literal["met", "missed", "not measured"]
 NOT_HAD = "I do not have the value"
@@ -456,3 +465,44 @@ def store_load_verdict(result: StoreLoadResult) -> Verdict:
             result.writes_lost,
         ),
     )
+
+
+def _num(value: float, digits: int = 2) -> str:
+    return "-" if math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def growth_verdicts(result: GrowthResult) -> list[Verdict]:
+    """Issue 23's targets for agents whose histories grow (`bench/growth.py`)."""
+    nan = float("nan")
+    large, small = result.one_large.added, result.one_small.added_compacting
+    large_p50 = percentile(large, 0.5) if large else nan
+    small_p99 = percentile(small, 0.99) if small else nan
+    fleet = added_p99(result, "proxy")
+    ratio = workers_ratio(result)
+    tokens = f"{result.steps} steps"
+    return [
+        Verdict(
+            f"1 agent, growing history ({tokens}), no compaction: added p50 <= 1.5 ms",
+            "added p50 <= 1.5 ms",
+            f"{_num(large_p50)} ms over {len(large)} requests",
+            _status(large_p50 <= 1.5, large_p50),
+        ),
+        Verdict(
+            "1 agent, 16k window: compaction turns' added p99 <= 15 ms",
+            "added p99 <= 15 ms",
+            f"{_num(small_p99)} ms over {len(small)} compaction turns",
+            _status(small_p99 <= 15, small_p99),
+        ),
+        Verdict(
+            f"{result.agents} agents, 16k window: added p99 <= 60 ms",
+            "added p99 <= 60 ms",
+            f"{_num(fleet, 1)} ms",
+            _status(fleet <= 60, fleet),
+        ),
+        Verdict(
+            "--workers 2: throughput >= 1.5x one worker's",
+            ">= 1.5x",
+            f"{_num(ratio)}x",
+            _status(ratio >= 1.5, ratio),
+        ),
+    ]

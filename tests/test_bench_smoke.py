@@ -40,7 +40,7 @@ def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Pa
     report = (tmp_path / "report.md").read_text()
     for section in (
         "## Targets", "## Overhead", "### Streaming", "## Mock check", "## Effectiveness: a",
-        "## Effectiveness matrix",
+        "## Effectiveness matrix", "## Agents with growing histories",
     ):  # fmt: skip
         assert section in report, section
     assert "LiteLLM: not measured: skipped (--no-litellm)" in report
@@ -49,7 +49,21 @@ def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Pa
     counts = re.findall(r"\| (\d+) / (\d+) \|$", overhead, flags=re.MULTILINE)
     assert counts
     assert all(errors == "0" and int(total) > 0 for errors, total in counts), counts
+    _assert_growth(report)
     _assert_matrix(report)
+
+
+def _assert_growth(report: str) -> None:
+    """Every agent's every step answered, direct, through one worker and two."""
+    start = report.index("## Agents with growing histories")
+    section = report[start : report.index("\n## ", start + 1)]
+    rows = [
+        line.split(" | ")
+        for line in section.splitlines()
+        if line.startswith(("| direct |", "| proxy |", "| proxy-2-workers |"))
+    ]
+    assert {row[0] for row in rows} == {"| direct", "| proxy", "| proxy-2-workers"}
+    assert all(int(row[1]) > 0 and row[2] == "0" for row in rows), rows
 
 
 def _assert_matrix(report: str) -> None:

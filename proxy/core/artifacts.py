@@ -30,6 +30,7 @@ budget, and the trail's text: how it is written and read back. Rules:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 
@@ -112,9 +113,11 @@ _VERSION_SEGMENT = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=65_536)
 def _names_a_version(path: str) -> bool:
     """Whether a directory or file of `path` (its extension apart) is named by a date, a
-    version or a hex id: such a path identifies a release or a build, as an id does."""
+    version or a hex id: such a path identifies a release or a build, as an id does.
+    Remembered per path: every plan ranks a conversation's whole trail again."""
     return any(
         _VERSION_SEGMENT.fullmatch(segment) or _VERSION_SEGMENT.fullmatch(segment.split(".")[0])
         for segment in re.split(r"[/\\]", path)

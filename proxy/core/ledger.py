@@ -427,7 +427,21 @@ def missing_facts(facts: Iterable[Fact], summary: str) -> tuple[Fact, ...]:
     """The facts `summary` does not state, in their given order."""
     spaced = _SPACES.sub(" ", summary)
     views = {kind: rule.fold(spaced) for kind, rule in _KINDS.items()}
-    return tuple(fact for fact in facts if re.search(_needle(fact), views[fact.kind]) is None)
+    return tuple(fact for fact in facts if not _states(views[fact.kind], fact))
+
+
+def _states(view: str, fact: Fact) -> bool:
+    """Whether `view` (a summary folded for the fact's kind) states `fact`, standing alone."""
+    normalized = _normalized(fact)
+    # The needle is the fact's literal parts, between spacing the kind allows: a view that
+    # lacks one of the parts cannot match, and a plain substring test says so without
+    # compiling a regex per fact (most of a span's facts are absent from any summary).
+    parts = _UNIT_GAP.split(normalized) if fact.kind == "quantity" else (normalized,)
+    if not all(part in view for part in parts):
+        return False
+    # The regex: the fact standing alone, spelled as its kind allows.
+    needle = _BEFORE + _KINDS[fact.kind].spell(normalized) + _AFTER
+    return re.search(needle, view) is not None
 
 
 def appendix(facts: Iterable[Fact]) -> str:
@@ -596,8 +610,3 @@ def _normalized(fact: Fact) -> str:
     """The fact as compared: spacing collapsed, trailing punctuation dropped, case folded."""
     spaced = _SPACES.sub(" ", fact.text).strip().rstrip(_TRAILING)
     return _KINDS[fact.kind].fold(spaced)
-
-
-def _needle(fact: Fact) -> str:
-    """A regex finding the fact, standing alone, in a summary spaced and folded like it."""
-    return _BEFORE + _KINDS[fact.kind].spell(_normalized(fact)) + _AFTER

@@ -359,15 +359,7 @@ class NeedsSummary:
         kept = eviction.ledger()
         replaced = eviction.replaced()
         clipped = _without(_clipped(summary, work.allowances.summary, work.counter.text), replaced)
-        # The earlier summary's facts count too: a rolling summary that drops one loses it
-        # for good, since the turns it came from are gone.
-        # A cleared result's facts went with it (its size is no fact); the names it kept stay.
-        sources = [
-            {"role": "tool", "content": names_kept(m)} if is_cleared(m) else m
-            for m in eviction.evicted
-        ]
-        if self.previous:
-            sources.insert(0, {"role": "assistant", "content": self.previous})
+        sources = _fact_sources(eviction.evicted, self.previous)
         # What the ledger or the trail lists, the appendix need not list again; nor what the
         # user has since replaced ("$500" after "Budget: $700").
         trail = eviction.trail()
@@ -400,6 +392,19 @@ class NeedsSummary:
 
 
 Plan = Unchanged | Compacted | NeedsSummary
+
+
+def _fact_sources(evicted: Sequence[Message], previous: str | None) -> list[Message]:
+    """The messages whose facts a summary of `evicted` must keep (folding in `previous`)."""
+    # A cleared result's facts went with it (its size is no fact); the names it kept stay.
+    sources: list[Message] = [
+        {"role": "tool", "content": names_kept(m)} if is_cleared(m) else m for m in evicted
+    ]
+    # The earlier summary's facts count too: a rolling summary that drops one loses it for
+    # good, since the turns it came from are gone.
+    if previous:
+        sources.insert(0, {"role": "assistant", "content": previous})
+    return sources
 
 
 def plan_compaction(
@@ -489,6 +494,10 @@ class _Work:
     """The digests of the proxy's notes: the situation's, and every block written since."""
     recalls: dict[str, tuple[Message, ...]] = field(default_factory=dict)
     """Every recall id made so far (some may stand in no message in the end)."""
+    _notes_seen: dict[int, tuple[Message, int, str | None]] = field(default_factory=dict)
+    """`note_of`'s answers by message (kept alive here, so its id is not reused), with how
+    many notes were known then: a plan asks it of each message several times, and each
+    answer hashes the message's whole text."""
 
     def __post_init__(self) -> None:
         self.notes = set(self.situation.notes)
@@ -518,7 +527,8 @@ class _Work:
                 carried = artifacts.merged(trail, carried)
             if standalone is None:
                 said.append(restored)
-        everything = ledger.merged(earlier, ledger.statements_of(said))
+        said_now = ledger.statements_of(said, each=self.mentions.statements)
+        everything = ledger.merged(earlier, said_now)
         # The user's rules, specifics and task may take up to half the allowance again when
         # they need it (a small window's allowance holds a dozen of them); chatter never, and
         # nothing in an emergency, which must land at its own, lower target.
@@ -569,11 +579,18 @@ class _Work:
         whole message, or a note that opened a message with nothing else left in it. By its
         digest first: a summary can quote the text that closes an opening note (a small
         model echoes what it read), which makes the message look like an opened one."""
+        seen = self._notes_seen.get(id(message))
+        if seen is not None and seen[1] == len(self.notes):
+            return seen[2]
         body = text(message)
         if note_digest(body) in self.notes:
-            return body
-        note = note_of(message)
-        return note if note is not None and note_digest(note) in self.notes else None
+            found: str | None = body
+        else:
+            note = note_of(message)
+            found = note if note is not None and note_digest(note) in self.notes else None
+        # Notes are only ever added: an answer given with as many known is still right.
+        self._notes_seen[id(message)] = (message, len(self.notes), found)
+        return found
 
     def detach_notes(self, message: Message) -> tuple[Message, list[str]]:
         """`message` without the notes the proxy wrote into it (see `notes`), and those."""
@@ -1157,9 +1174,10 @@ class _Eviction:
         A task said before what the earlier notes carry (released now, when the earlier
         notes stand after it) loses to them what they replaced ("Budget: $500" in the task,
         "$700" in the ledger): merged after them, it would replace the newer value."""
-        said = ledger.statements_of(self.evicted, task=self.task)
+        each = self.work.mentions.statements
+        said = ledger.statements_of(self.evicted, task=self.task, each=each)
         if self.task is not None and self.task_first:
-            task = ledger.statements_of([self.task], task=self.task)
+            task = ledger.statements_of([self.task], task=self.task, each=each)
             kept = {s.text for s in ledger.merged(task, self.earlier)}
             said = [s for s in said if s.text in kept or s not in task]
         return ledger.merged(self.earlier, said)
@@ -1168,8 +1186,9 @@ class _Eviction:
         """What the earlier ledger or the span's user said that a later statement replaced
         (in the span or after it, still in the conversation): a stale value kept in the
         block beside the new one misleads as much as a lost one."""
-        said = [*self.earlier, *ledger.statements_of(self.evicted, task=self.task)]
-        later = ledger.statements_of(self.messages[self.stop :])
+        each = self.work.mentions.statements
+        said = [*self.earlier, *ledger.statements_of(self.evicted, task=self.task, each=each)]
+        later = ledger.statements_of(self.messages[self.stop :], each=each)
         current = {s.text for s in ledger.merged(self.statements(), later)}
         return [s.text for s in said if s.text not in current]
 

@@ -50,6 +50,7 @@ ledger's text: how it is written and read back. Rules:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -171,18 +172,32 @@ class Statement:
     rank: int
 
 
-def statements_of(messages: Iterable[Message], *, task: Message | None = None) -> list[Statement]:
+def message_statements(message: Message, is_task: bool) -> tuple[Statement, ...]:
+    """The statements of one message: none unless a user or an instruction said it.
+    `is_task`: the message first stated the task (its statements rank as the task's)."""
+    if role(message) != "user" and not is_instruction(message):
+        return ()
+    return tuple(Statement(s, _rank(s, is_task=is_task)) for s in _sentences(text(message)))
+
+
+StatementsOf = Callable[[Message, bool], Sequence[Statement]]
+"""`message_statements`, or a cache of it (`proxy.core.mentions.Mentions.statements`)."""
+
+
+def statements_of(
+    messages: Iterable[Message],
+    *,
+    task: Message | None = None,
+    each: StatementsOf = message_statements,
+) -> list[Statement]:
     """The statements of the user and instruction messages in `messages`, in order.
 
     `task` is the message that first stated the task (when it is among them, its statements
-    rank as the task's).
+    rank as the task's). `each` finds one message's statements.
     """
     found: list[Statement] = []
     for message in messages:
-        if role(message) != "user" and not is_instruction(message):
-            continue
-        is_task = task is not None and message is task
-        found += [Statement(s, _rank(s, is_task=is_task)) for s in _sentences(text(message))]
+        found += each(message, task is not None and message is task)
     return found
 
 
@@ -247,10 +262,14 @@ def merged(earlier: Sequence[Statement], later: Iterable[Statement]) -> list[Sta
     return kept
 
 
+# Both remembered per statement: every plan merges the whole conversation's statements again
+# (a long system prompt's among them), and both read each statement's whole text.
+@functools.lru_cache(maxsize=16_384)
 def _normalized(sentence: str) -> str:
     return _SPACES.sub(" ", sentence).strip().rstrip(".!;: ").casefold()
 
 
+@functools.lru_cache(maxsize=16_384)
 def _subject(statement: Statement) -> tuple[str, bool] | None:
     """What `statement` is about (its label and words, values masked as "#") and whether it
     may replace an earlier statement about the same; None when it states no value that a

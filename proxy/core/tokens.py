@@ -201,6 +201,13 @@ LARGE_TEXT_CHARS: Final = 16 * 1024
 """Texts at least this long have their counts cached by hash (hashing is a small fraction
 of encoding them), so a count made in a worker thread serves the later ones."""
 _TEXT_CACHE_SIZE: Final = 1_024
+SHORT_TEXT_CHARS: Final = 256
+"""Texts shorter than `LARGE_TEXT_CHARS` have their counts cached too: by the text itself
+when shorter than this, by its hash when longer. A compaction counts its ledger's
+statements, its trail's names, its summary's lines and the previous summary one by one,
+the same texts at every compaction and preparation of a conversation: a dict lookup (or a
+hash, a small fraction of encoding) instead of a call into the encoder."""
+_KNOWN_CACHE_SIZE: Final = 65_536
 
 _ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _PNG_DATA_URL: Final = "data:image/png;base64,"
@@ -229,9 +236,11 @@ class TokenCounter:
         self._exact_max_bytes = exact_max_bytes
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._texts: OrderedDict[bytes, int] = OrderedDict()
+        self._known: dict[str | bytes, int] = {}
         self._roles: dict[str, int] = {}
         self._digests: Digests | None = None
         self._digest: Callable[[object], bytes] = digest
+        self._parent: TokenCounter | None = None
 
     def for_request(self, digests: Digests) -> TokenCounter:
         """This counter (the same cache) taking message digests from `digests`: one request's
@@ -241,25 +250,25 @@ class TokenCounter:
         keyed._digest = digests.of
         return keyed
 
-    def apart(self, messages: Iterable[Any], body: Mapping[str, Any]) -> TokenCounter:
-        """A counter for one piece of work in a worker thread, such as a plan of `messages`
-        in the request `body`: it knows this counter's counts of them, of `body`'s schemas
-        and of long texts, in tables of its own (and a copy of the request's digests), so
-        neither thread touches a table the other changes. Pass it to `merge` afterwards, on
-        this counter's own thread.
+    def apart(self) -> TokenCounter:
+        """A counter for one piece of work in a worker thread, such as a plan: it writes
+        what it counts into tables of its own (and a copy of the request's digests), and
+        looks up what it does not know in this counter's tables. Pass it to `merge`
+        afterwards, on this counter's own thread.
 
-        Copying only what the work needs keeps this cheap on the calling thread: copying a
-        full cache of 65,536 counts takes about 10 ms.
+        Only the work's own thread writes its tables, only this counter's thread writes
+        this one's. A lookup here is one `dict.get`, which CPython runs whole under the
+        GIL while the other thread changes the table: it sees the table before or after
+        each change, never during one. So the thread finds every count made before (the
+        placeholders and cut results of earlier plans included, which a copy of the input
+        messages' counts alone missed: every plan in a thread counted them anew), and
+        nothing is copied on the calling thread.
         """
         apart = copy.copy(self)
+        apart._parent = self
         apart._cache = OrderedDict()
-        for kind, values in ((b"m", messages), (b"s", _schemas(body))):
-            for value in values:
-                key = kind + self._digest(value)
-                tokens = self._cache.get(key)
-                if tokens is not None:
-                    apart._cache[key] = tokens
-        apart._texts = self._texts.copy()
+        apart._texts = OrderedDict()
+        apart._known = {}
         apart._roles = dict(self._roles)
         if self._digests is not None:
             apart._digests = self._digests.copy()
@@ -270,12 +279,30 @@ class TokenCounter:
         """Cache what a counter made by `apart` knows, its new counts included (and its new
         digests, when both serve one request)."""
         self.remember(Counted(apart._cache, apart._texts))
+        for key, tokens in apart._known.items():
+            self._remember_known(key, tokens)
         if self._digests is not None and apart._digests is not None:
             self._digests.update(apart._digests)
 
     def text(self, text: str) -> int:
-        """Tokens of plain text (cached only when long, see `LARGE_TEXT_CHARS`)."""
-        return self._encode(text)
+        """Tokens of plain text (cached, see `SHORT_TEXT_CHARS` and `LARGE_TEXT_CHARS`)."""
+        if len(text) >= LARGE_TEXT_CHARS:
+            return self._encode(text)
+        key: str | bytes = text if len(text) < SHORT_TEXT_CHARS else digest(text)
+        tokens = self._known.get(key)
+        if tokens is None and self._parent is not None:
+            tokens = self._parent._known.get(key)
+        if tokens is None:
+            tokens = self.encoder.count(text)
+            self._remember_known(key, tokens)
+        return tokens
+
+    def _remember_known(self, key: str | bytes, tokens: int) -> None:
+        if len(self._known) >= _KNOWN_CACHE_SIZE:
+            # The oldest entry goes (dicts keep insertion order): cheaper than an LRU's
+            # bookkeeping on every hit, and a conversation's texts come back together.
+            del self._known[next(iter(self._known))]
+        self._known[key] = tokens
 
     def message(self, message: Mapping[str, Any]) -> int:
         """Tokens of one message, framing included; malformed messages count without raising."""
@@ -342,6 +369,8 @@ class TokenCounter:
             return size  # at most one token per byte: never too low
         key = digest(text)
         tokens = self._texts.get(key)
+        if tokens is None and self._parent is not None:
+            tokens = self._parent._texts.get(key)
         if tokens is None:
             tokens = self.encoder.count(text)
         _store(self._texts, key, tokens, _TEXT_CACHE_SIZE)
@@ -356,6 +385,10 @@ class TokenCounter:
         if tokens is not None:
             cache.move_to_end(key)
             return tokens
+        if self._parent is not None:
+            tokens = self._parent._cache.get(key)
+            if tokens is not None:
+                return tokens
         tokens = count(value)
         _store(cache, key, tokens, self._cache_size)
         return tokens

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,20 +125,46 @@ _CUT_RECALL = re.compile(
 def kept_names(body: str) -> list[str]:
     """The distinct identifiers, hashes, paths, URLs and error codes of `body`, first seen
     first, within `MAX_KEPT_NAMES` and `MAX_KEPT_CHARS`."""
-    scanned = body[:NAMES_SCANNED_CHARS]
-    found = [(start, fact.text) for start, fact in specifics_at(scanned, _KEPT_KINDS)]
-    found += [(match.start(), match.group()) for match in _ERROR_CODE.finditer(scanned)]
-    found.sort(key=lambda item: item[0])
     kept: list[str] = []
     used = 0
-    for start, name in found:
-        if name in kept or used + len(name) > MAX_KEPT_CHARS or _cut(body, start, name):
-            continue
-        kept.append(name)
-        used += len(name)
-        if len(kept) == MAX_KEPT_NAMES:
-            break
+    for offset, piece in _pieces(body[:NAMES_SCANNED_CHARS]):
+        found = [(start, fact.text) for start, fact in specifics_at(piece, _KEPT_KINDS)]
+        found += [(match.start(), match.group()) for match in _ERROR_CODE.finditer(piece)]
+        found.sort(key=lambda item: item[0])
+        for start, name in found:
+            if name in kept or used + len(name) > MAX_KEPT_CHARS:
+                continue
+            if _cut(body, offset + start, name):
+                continue
+            kept.append(name)
+            used += len(name)
+            if len(kept) == MAX_KEPT_NAMES:
+                return kept
     return kept
+
+
+_FIRST_PIECE_CHARS = 512
+# Where a piece may end: after a line break or a double quote (a JSON result is often one
+# line, its strings quoted). No pattern `kept_names` uses matches either, looks behind at
+# either, or counts either as a word character (`\b`).
+_PIECE_END = re.compile(r'[\n"]')
+
+
+def _pieces(scanned: str) -> Iterator[tuple[int, str]]:
+    """`scanned` in pieces, each ending at a `_PIECE_END` (but the last) and twice the size
+    of the one before, with where each starts: the names are looked for piece by piece, and
+    most results name enough in their first lines, so the rest is never scanned.
+
+    Piece by piece finds what scanning the whole text finds, in the same order: no match
+    spans a piece's end, a piece starts as the text after its end character does for every
+    lookbehind and word boundary, and a rule's match claims only its own span.
+    """
+    start, size = 0, _FIRST_PIECE_CHARS
+    while start < len(scanned):
+        found = _PIECE_END.search(scanned, start + size)
+        end = found.end() if found else len(scanned)
+        yield start, scanned[start:end]
+        start, size = end, size * 2
 
 
 def _cut(body: str, start: int, name: str) -> bool:

@@ -229,6 +229,14 @@ class Metrics:
             "(the request went on without the store).",
             registry=registry,
         )
+        self._checkpoints_refused = Counter(
+            f"{PREFIX}checkpoints_refused",
+            "Stored checkpoints a request did not forward over, the view over them being over "
+            "its trigger or its usable input (a store that came back with old state, another "
+            "replica's messages): the request compacted from its own messages instead.",
+            ["reason"],
+            registry=registry,
+        )
         self._store_writes_lost = Counter(
             f"{PREFIX}store_writes_lost",
             "Session store writes (session state, checkpoints, archive, summaries) that failed "
@@ -337,6 +345,12 @@ class Metrics:
     def store_error(self) -> None:
         """A call to the session store failed, or was skipped, and was served around."""
         self._store_errors.inc()
+
+    @_never_raises
+    def checkpoint_refused(self, reason: str) -> None:
+        """A stored checkpoint was not used: `over_trigger` (another request's, adopted only
+        under the trigger) or `over_input` (the view over it could not be landed)."""
+        self._checkpoints_refused.labels(reason).inc()
 
     @_never_raises
     def store_write_lost(self) -> None:

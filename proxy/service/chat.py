@@ -190,8 +190,7 @@ class ChatForwarder:
             recall=turn.recall_scope,
         )
         result = await turn.planned(
-            outcome.messages,
-            lambda c, m: plan_emergency(situation, c, stated_limit=window, mentions=m),
+            lambda c, m: plan_emergency(situation, c, stated_limit=window, mentions=m)
         )
         if not isinstance(result, Compacted):
             return None
@@ -201,7 +200,12 @@ class ChatForwarder:
             result.tokens_before,
             result.tokens_after,
         )
-        return (await self._compactor.freeze(turn, result, "overflow", outcome)).outcome
+        # Another request's checkpoint of the same prefix is forwarded instead only when it
+        # is no larger: the provider just refused a larger one.
+        frozen = await self._compactor.freeze(
+            turn, result, "overflow", outcome, ceiling=result.tokens_after
+        )
+        return frozen.outcome
 
     async def _lesson(self, turn: Turn, verdict: Verdict, estimate: int) -> int | None:
         """The window the overflow taught the tenant, if its numbers are believed."""

@@ -14,6 +14,14 @@ truncates), and one that gets it after another let it go uses that one's checkpo
 
 Every compaction is frozen as a checkpoint, so the next requests forward the same prefix,
 byte for byte.
+
+A checkpoint the store returns is trusted for the prefix it names, never for its size. One
+found after the turn was read (another request's, or the one stored first in place of this
+one's) is adopted only when the view over it is one this turn would not compact (`_adopted`):
+a snapshot Redis restarted from, or a replica promoted when its master died, brings back a
+checkpoint of an old prefix, with all the history since after it. And what a compaction
+leaves standing on a checkpoint must fit the usable input, or the request is compacted from
+its own messages alone (`_landed`): whatever the store said, the plan's landing holds.
 """
 
 from __future__ import annotations
@@ -150,6 +158,13 @@ class Compactor:
         *,
         trigger: str | None = None,
     ) -> Outcome:
+        trigger = trigger or ("hook" if action.force else "pressure")
+        compacted = await self._compaction(action, turn, outcome, trigger)
+        return await self._landed(turn, compacted, trigger)
+
+    async def _compaction(
+        self, action: hooks.CompactContext, turn: Turn, outcome: Outcome, trigger: str
+    ) -> Outcome:
         changes = {
             "strategy": action.strategy,
             "keep_recent": action.keep_recent,
@@ -166,12 +181,11 @@ class Compactor:
             notes=known_notes(outcome.checkpoint),
             recall=turn.recall_scope,
         )
-        plan = await turn.planned(situation.messages, lambda c, m: plan_compaction(situation, c, m))
+        plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         # Whether compaction had its chance: after it, a request still over the provider's
         # window cannot be helped, and the proxy answers the overflow itself.
         tried = not isinstance(plan, Unchanged) or plan.reason == "nothing_to_remove"
         outcome = replace(outcome, tried=tried)
-        trigger = trigger or ("hook" if action.force else "pressure")
         if isinstance(plan, NeedsSummary) and trigger == "manual":
             return await self._summarize_once(plan, turn, outcome, trigger)
         if isinstance(plan, NeedsSummary):
@@ -183,7 +197,7 @@ class Compactor:
             # after this one looked for it (the two were read at once). Forward that one.
             stored = await self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
             if outcome.newer(stored):
-                return outcome.over(turn, stored)
+                return self._adopted(turn, outcome, stored) or outcome
         return outcome
 
     async def _with_prepared(
@@ -197,10 +211,10 @@ class Compactor:
             self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes),
             self.preparer.find(turn.tenant, turn.session, [*([fold] if fold else []), *keys]),
         )
-        if outcome.newer(stored):
+        if outcome.newer(stored) and (adopted := self._adopted(turn, outcome, stored)):
             # Another request compacted this conversation since this one was read: forward
             # that (one compaction, and one prefix for the provider's cache).
-            return outcome.over(turn, stored)
+            return adopted
         done = covered(keys, found)
         # What was prepared for this compaction: the summary of what the previous one
         # dropped, a summary of the span's start.
@@ -248,12 +262,12 @@ class Compactor:
             # Another request (maybe on another replica) is summarizing this very prefix.
             waited = await self._wait_for_checkpoint(turn, outcome)
             if waited is not None:
-                return outcome.over(turn, waited)
+                return waited
             return (await self.freeze(turn, need.fallback(), trigger, outcome)).outcome
         try:
             stored = await self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
-            if outcome.newer(stored):
-                return outcome.over(turn, stored)
+            if outcome.newer(stored) and (adopted := self._adopted(turn, outcome, stored)):
+                return adopted
             started = time.perf_counter()
             summary: SummaryResult | None
             try:
@@ -267,14 +281,89 @@ class Compactor:
         finally:
             await self._memory.release(turn.tenant, name, token)
 
-    async def _wait_for_checkpoint(self, turn: Turn, outcome: Outcome) -> Checkpoint | None:
+    async def _wait_for_checkpoint(self, turn: Turn, outcome: Outcome) -> Outcome | None:
+        """`outcome` over the checkpoint the lock's holder stores, once it lands; None when
+        none did in time."""
         deadline = time.monotonic() + LOCK_WAIT_S
         while time.monotonic() < deadline:
             await asyncio.sleep(_POLL_S)
             found = await self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes)
-            if outcome.newer(found):
-                return found
+            if outcome.newer(found) and (adopted := self._adopted(turn, outcome, found)):
+                return adopted
         return None
+
+    def _adopted(
+        self, turn: Turn, outcome: Outcome, stored: Checkpoint, ceiling: int | None = None
+    ) -> Outcome | None:
+        """`outcome` over `stored`, a checkpoint another request wrote, when the view over
+        it measures at most `ceiling` (by default: when it is under the turn's trigger, a
+        view this turn would not compact); else None, and the caller goes on with its own.
+
+        `newer` says only that `stored` covers more than the turn's checkpoint: a turn read
+        while the store was down has none, and a checkpoint of an old prefix (kept by a
+        snapshot Redis restarted from, or by the replica promoted when its master died) is
+        newer than none, with all the history since it after it.
+        """
+        adopted = outcome.over(turn, stored)
+        if ceiling is None:
+            trigger = in_room(turn.policy.compression_trigger, turn.fixed)
+            if turn.budget.pressure(adopted.tokens_after) < trigger:
+                return adopted
+        elif adopted.tokens_after <= ceiling:
+            return adopted
+        self._metrics.checkpoint_refused("over_trigger")
+        logger.warning(
+            "a stored checkpoint of %d of %d messages would forward about %d tokens: not used",
+            stored.covered,
+            len(turn.body),
+            turn.budget.estimate(adopted.tokens_after),
+        )
+        return None
+
+    async def _landed(self, turn: Turn, outcome: Outcome, trigger: str) -> Outcome:
+        """`outcome`, unless it stands on a stored checkpoint and is over the usable input:
+        then the request compacted from its own messages alone, when that is smaller.
+
+        The plan lands any view it is given that can be brought under the usable input, but
+        a view over a checkpoint holds what the store said (another replica's messages, of
+        another version, that no longer pair with this request's): one the plan could not
+        bring under it is not forwarded while the client's own messages can be.
+        """
+        if outcome.checkpoint is None or turn.budget.fits(outcome.tokens_after):
+            return outcome
+        messages = turn.view(None)
+        situation = Situation(
+            messages, turn.tools_body(), turn.policy, turn.budget, recall=turn.recall_scope
+        )
+        plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
+        if isinstance(plan, NeedsSummary):
+            plan = plan.fallback()  # at once: nothing the store prepared is trusted here
+        alone = replace(
+            outcome,
+            messages=messages,
+            tokens_after=turn.tokens(messages),
+            checkpoint=None,
+            strategy=None,
+        )
+        if isinstance(plan, Compacted):
+            alone = replace(alone, tokens_after=plan.tokens_after)
+        if alone.tokens_after >= outcome.tokens_after:
+            return outcome
+        self._metrics.checkpoint_refused("over_input")
+        logger.warning(
+            "%d tokens over a stored checkpoint, over the usable input: compacted from the "
+            "request alone to %d",
+            turn.budget.estimate(outcome.tokens_after),
+            turn.budget.estimate(alone.tokens_after),
+        )
+        if isinstance(plan, Compacted):
+            frozen = await self.freeze(turn, plan, trigger, alone)
+            if frozen.stored:
+                # As any compaction that truncated: what it dropped is summarized for the next.
+                self.preparer.settled(turn, used=False)
+                self.preparer.fold(turn, plan)
+            alone = frozen.outcome
+        return replace(alone, tried=True)
 
     async def _keep_recalls(self, turn: Turn, result: Compacted) -> None:
         """Store what the compaction's recall ids stand for, by content hash: the client's
@@ -296,6 +385,8 @@ class Compactor:
         trigger: str,
         outcome: Outcome,
         summary: SummaryResult | None = None,
+        *,
+        ceiling: int | None = None,
     ) -> Frozen:
         """Store `result` as the turn's checkpoint and forward it (nothing changes when it
         took no step: a summary no smaller than its span changed nothing).
@@ -303,6 +394,8 @@ class Compactor:
         Set-if-absent: when another request froze the same prefix first, its version wins,
         every request that extends the prefix forwards the same bytes, and only the winner
         is recorded as a compaction (fifty identical requests are one compaction, not fifty).
+        Unless the view over it measures over `ceiling` (by default, the turn's trigger; see
+        `_adopted`): then `result` is forwarded, and not stored.
         """
         if not result.steps:
             return Frozen(outcome, stored=False)
@@ -332,9 +425,10 @@ class Compactor:
             )
         else:
             stored = await self._memory.put_checkpoint(turn.tenant, turn.session, made)
-            outcome = outcome.over(turn, stored)
             if stored is not made:
-                return Frozen(outcome, stored=False)
+                theirs = self._adopted(turn, outcome, stored, ceiling)
+                return Frozen(theirs or outcome.over(turn, made), stored=False)
+            outcome = outcome.over(turn, made)
         record = CompactionRecord(
             time.time(),
             trigger,

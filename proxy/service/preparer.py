@@ -209,7 +209,7 @@ class Preparer:
             notes=notes,
             recall=turn.recall_scope,
         )
-        need = await turn.planned(messages, lambda c, m: plan_compaction(situation, c, m))
+        need = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         if not isinstance(need, NeedsSummary):
             return
         keys = need.keys

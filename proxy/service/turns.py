@@ -132,10 +132,8 @@ class Turn:
         head = self.counter.messages(self.head) + self.counter.tools(self.tools_body())
         return fixed_share(self.budget, head)
 
-    async def planned(
-        self, messages: Sequence[Message], plan: Callable[[TokenCounter, Mentions], _T]
-    ) -> _T:
-        """`plan(counter, mentions)`, a plan of `messages` (the core's, pure): in a worker
+    async def planned(self, plan: Callable[[TokenCounter, Mentions], _T]) -> _T:
+        """`plan(counter, mentions)`, a plan of this turn (the core's, pure): in a worker
         thread when the request body is at least `OFF_LOOP_BYTES`, else right here.
 
         A large turn's plan counts what it cuts (a trimmed message's head and tail, the
@@ -147,8 +145,8 @@ class Turn:
         """
         if len(self.request.raw) < OFF_LOOP_BYTES:
             return plan(self.counter, self.mentions)
-        apart = self.counter.apart(messages, self.request.body)
-        mentions = self.mentions.apart(messages)
+        apart = self.counter.apart()
+        mentions = self.mentions.apart()
         result = await asyncio.to_thread(plan, apart, mentions)
         self.counter.merge(apart)
         self.mentions.merge(mentions)

@@ -12,6 +12,7 @@ from proxy.core.digests import Digests
 from proxy.core.ledger import extract_facts, ledger_of, ranked_facts
 from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
+from proxy.core.statements import message_statements, statements_of
 from tests.builders import assistant_calls, tool_result, user
 
 
@@ -102,23 +103,57 @@ def test_work_apart_sees_what_is_known_and_gives_back_what_it_found(calls: list[
     known, new = tool_result("c1", "see src/a.py"), tool_result("c2", "see src/b.py")
     mentions.names(known)
     mentions.facts(known)
-    apart = mentions.apart([known, new])
+    apart = mentions.apart()
     calls.clear()
     assert apart.names(known) == ("src/a.py",)
     assert apart.facts(known) == ranked_facts(known)
     assert calls == []
     assert apart.names(new) == ("src/b.py",)
-    assert calls == ["names"]
+    assert apart.facts(new) == ranked_facts(new)
+    assert calls == ["names", "facts"]
+    assert len(mentions._names) == 1  # the thread wrote only its own tables
     mentions.merge(apart)
     assert mentions.names(new) == ("src/b.py",)
-    assert calls == ["names"]
+    assert mentions.facts(new) == ranked_facts(new)
+    assert calls == ["names", "facts"]
 
 
 def test_work_apart_without_a_request_keeps_no_digests(calls: list[str]) -> None:
     mentions = Mentions()
     result = tool_result("c1", "see src/a.py")
-    apart = mentions.apart([result])
+    apart = mentions.apart()
     assert apart.names(result) == ("src/a.py",)
     mentions.merge(apart)
-    assert mentions.apart([result]).names(result) == ("src/a.py",)
+    assert mentions.apart().names(result) == ("src/a.py",)
     assert calls == ["names"]
+
+
+def test_a_messages_statements_are_found_once_and_the_tasks_rank_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bool] = []
+
+    def statements(message: Message, is_task: bool) -> Any:
+        seen.append(is_task)
+        return message_statements(message, is_task)
+
+    monkeypatch.setattr(module, "message_statements", statements)
+    mentions = Mentions()
+    task = user("Migrate the billing service. Keep the API stable.")
+    assert mentions.statements(task, False) == message_statements(task, False)
+    assert mentions.statements(dict(task), False) == message_statements(task, False)
+    assert mentions.statements(task, True) == message_statements(task, True)
+    assert mentions.statements(task, True) != mentions.statements(task, False)
+    assert seen == [False, True]
+    # Work in a thread finds them, and what it finds comes back merged.
+    apart = mentions.apart()
+    other = user("Never push to main.")
+    assert apart.statements(task, True) == message_statements(task, True)
+    assert apart.statements(other, False) == message_statements(other, False)
+    assert seen == [False, True, False]
+    mentions.merge(apart)
+    assert mentions.statements(other, False) == message_statements(other, False)
+    assert seen == [False, True, False]
+    assert statements_of([task, other], task=task, each=mentions.statements) == statements_of(
+        [task, other], task=task
+    )

@@ -409,10 +409,12 @@ def test_fixed_overhead_stops_at_a_malformed_message(counter: TokenCounter) -> N
     assert counter.fixed_overhead({}) == REPLY_TOKENS
 
 
-def test_text_is_counted_uncached(counter: TokenCounter, encoder: WordEncoder) -> None:
+def test_a_text_counted_again_is_not_encoded_again(
+    counter: TokenCounter, encoder: WordEncoder
+) -> None:
     assert counter.text("three little words") == 3
     assert counter.text("three little words") == 3
-    assert encoder.calls == 2
+    assert encoder.calls == 1
 
 
 # --- the cache ---------------------------------------------------------------------------

@@ -15,16 +15,20 @@ BODY: dict[str, Any] = {
 }
 
 
-def test_apart_knows_the_counts_of_the_messages_it_is_given() -> None:
+def test_apart_knows_every_count_the_counter_made() -> None:
     encoder = Recording()
     counter = TokenCounter(encoder).for_request(Digests())
     tokens = counter.messages([BIG, SMALL]) + counter.tools(BODY)
+    # What an earlier plan made and counted (a placeholder), not in this plan's input.
+    placeholder = {"role": "tool", "content": "[tool result cleared to save context]"}
+    counted = counter.message(placeholder) + counter.text("Never push to main.")
     unknown = {"role": "user", "content": "not counted yet"}
-    apart = counter.apart([BIG, SMALL, unknown], BODY)
+    apart = counter.apart()
     encoder.seen.clear()
     assert apart.messages([BIG, SMALL]) + apart.tools(BODY) == tokens
     assert apart.text(BIG["content"]) == counter.text(BIG["content"])
-    assert encoder.seen == []  # cached counts, long text included, all found
+    assert apart.message(placeholder) + apart.text("Never push to main.") == counted
+    assert encoder.seen == []  # cached counts, long and short texts included, all found
     apart.message(unknown)
     assert encoder.seen == [len("not counted yet")]
 
@@ -33,7 +37,7 @@ def test_apart_never_changes_the_counter_tables() -> None:
     digests = Digests()
     counter = TokenCounter(Recording()).for_request(digests)
     counter.message(SMALL)
-    apart = counter.apart([SMALL], {})
+    apart = counter.apart()
     trimmed = {"role": "user", "content": "z" * LARGE_TEXT_CHARS}
     apart.messages([trimmed, {"role": "tool", "content": "new"}])
     assert list(digests._known) == [id(SMALL)]  # the thread's digests: its own table
@@ -45,7 +49,7 @@ def test_merge_caches_what_apart_counted_and_its_digests() -> None:
     encoder = Recording()
     digests = Digests()
     counter = TokenCounter(encoder).for_request(digests)
-    apart = counter.apart([], {})
+    apart = counter.apart()
     trimmed = {"role": "user", "content": "z" * LARGE_TEXT_CHARS}
     tokens = apart.message(trimmed)
     counter.merge(apart)
@@ -61,7 +65,7 @@ def test_apart_of_a_counter_without_digests_hashes_by_content() -> None:
     encoder = Recording()
     counter = TokenCounter(encoder)
     tokens = counter.message(BIG)
-    apart = counter.apart([dict(BIG)], {})  # an equal message: the same key
+    apart = counter.apart()  # an equal message: the same key
     encoder.seen.clear()
     assert apart.message(BIG) == tokens
     assert encoder.seen == []

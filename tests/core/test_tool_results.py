@@ -8,10 +8,15 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.ledger import specifics_at
 from proxy.core.messages import text
 from proxy.core.tool_results import (
+    _ERROR_CODE,
+    _KEPT_KINDS,
     MAX_KEPT_CHARS,
     MAX_KEPT_NAMES,
+    NAMES_SCANNED_CHARS,
+    _cut,
     clear,
     is_cleared,
     is_tool_result,
@@ -274,3 +279,69 @@ def test_a_cleared_result_keeps_a_bounded_list_of_the_names_it_mentioned() -> No
     assert names_kept(clear(tool_result("c1", "plain words"), "grep", 9)) == ""
     assert kept_names("nothing specific here") == []
     assert "it mentioned" not in clear(tool_result("c1", "plain words"), "grep", 9)["content"]
+
+
+def _kept_scanning_whole(body: str) -> list[str]:
+    """`kept_names` as it was written first: the whole text scanned, then the names kept."""
+    scanned = body[:NAMES_SCANNED_CHARS]
+    found = [(start, fact.text) for start, fact in specifics_at(scanned, _KEPT_KINDS)]
+    found += [(match.start(), match.group()) for match in _ERROR_CODE.finditer(scanned)]
+    found.sort(key=lambda item: item[0])
+    kept: list[str] = []
+    used = 0
+    for start, name in found:
+        if name in kept or used + len(name) > MAX_KEPT_CHARS or _cut(body, start, name):
+            continue
+        kept.append(name)
+        used += len(name)
+        if len(kept) == MAX_KEPT_NAMES:
+            break
+    return kept
+
+
+_NAMED_LINES = st.lists(
+    st.sampled_from(
+        [
+            "plain words here",
+            "see https://x.io/a/b(c) and src/app/main.py",
+            "ENOENT: no such file /etc/hosts",
+            "ticket OPS-1234 reopened by bob@example.com",
+            "order #4821 shipped, sha 3f2a9c1d0e",
+            "v2.10.3-rc.1 on 10.0.0.12:8080 at 2025-05-01T12:00:00Z",
+            "job-20001 ran C:\\temp\\x.log then exit code 3",
+            "req_8f3a2b1c9d handled; TypeError raised",
+            "a" * 300,
+            "",
+            '{"path": "src/x.py", "sha": "deadbeef12"}',
+            'url "https://h.io/x" HTTP 404 "E1234"',
+        ]
+    ),
+    max_size=60,
+)
+
+
+@given(_NAMED_LINES, st.sampled_from(["\n", "\r\n", " ", "\n\n", '", "', '":"', '"']))
+def test_names_found_piece_by_piece_are_those_of_the_whole_text(
+    lines: list[str], separator: str
+) -> None:
+    body = separator.join(lines)
+    assert kept_names(body) == _kept_scanning_whole(body)
+
+
+def test_a_long_result_is_read_only_as_far_as_its_names_need() -> None:
+    # Six names in the first lines: kept without reading the rest (its name never counts).
+    head = "\n".join(f"read src/pkg/module_{i}.py" for i in range(MAX_KEPT_NAMES))
+    body = head + "\n" + "filler line\n" * 400 + "then src/late/other.py"
+    assert kept_names(body) == [f"src/pkg/module_{i}.py" for i in range(MAX_KEPT_NAMES)]
+    # Fewer names than that: every piece is read, the last name in the last one.
+    sparse = "read src/a.py\n" + "filler line\n" * 2000 + "then src/late/other.py"
+    assert kept_names(sparse) == ["src/a.py", "src/late/other.py"]
+    assert kept_names(sparse) == _kept_scanning_whole(sparse)
+
+
+def test_a_one_line_json_result_is_read_in_pieces_too() -> None:
+    rows = [{"path": f"src/m_{i}.py", "sha": f"{i:08x}ab"} for i in range(400)]
+    body = json.dumps(rows)
+    assert "\n" not in body
+    assert kept_names(body) == _kept_scanning_whole(body)
+    assert kept_names(body)[:2] == ["src/m_0.py", "00000000ab"]

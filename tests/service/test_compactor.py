@@ -5,7 +5,9 @@ These are the paths a single client rarely takes: an explicit compaction whose s
 whose breaker is open, whose prefix another replica is summarizing (it waits for that one's
 checkpoint, or gives up and truncates), or that another request compacted between reading the
 turn and taking the lock; a request in its turn cooldown that adopts a newer checkpoint; the
-hooks' log lines; a compaction that changes only the head.
+hooks' log lines; a compaction that changes only the head. And what the store returns that
+would not land: a checkpoint of an old prefix found after an outage (issue 23), one whose
+messages no longer pair with the request's, another replica's larger one of the same prefix.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core import hooks, jsoncodec
 from proxy.core.breaker import Breaker
+from proxy.core.messages import text
 from proxy.core.plan import Compacted, NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy, ModelPolicies
 from proxy.core.request import parse_chat_request
+from proxy.core.session import Checkpoint, SessionState
 from proxy.mock_upstream import MockUpstream, Reply
 from proxy.observability.metrics import Metrics
 from proxy.service import compactor as compactor_module
@@ -432,3 +436,164 @@ async def test_two_requests_compacting_at_once_forward_one_compaction(parts: Par
     assert one.checkpoint == two.checkpoint
     assert one.messages == two.messages
     assert parts.counted("compactions") == 1
+
+
+async def test_a_checkpoint_found_after_an_outage_read_none_is_not_forwarded_whole() -> None:
+    """Issue 23: the turn was read while the store was down (no checkpoint, a fresh state);
+    by its compaction the store was back, restored from a snapshot taken long before, with a
+    checkpoint of the conversation's first messages. "Newer" than none, that one was
+    forwarded with all the history since after it: 35,875 tokens of an 8k window, refused
+    by the proxy itself. A stored checkpoint is used only when the view over it lands."""
+    async for parts in build():
+        old = await parts.compactor.before_forward(await turn_of(parts, history(18)))
+        assert old.checkpoint is not None
+        grown = [*history(18)[:-1], *history(60, topic="more")[1:]]
+        read = await turn_of(parts, grown)
+        assert read.checkpoint == old.checkpoint  # what the store holds for it
+        during_outage = replace(read, checkpoint=None, state=SessionState())
+        outcome = await parts.compactor.before_forward(during_outage)
+        budget = during_outage.budget
+        stale = unchanged(read)
+        assert not budget.fits(stale.tokens_after)  # what was forwarded (and refused)
+        assert outcome.tried
+        assert budget.fits(outcome.tokens_after)
+        assert budget.pressure(outcome.tokens_after) < during_outage.policy.compression_trigger
+        assert outcome.checkpoint is not None
+        assert outcome.checkpoint.covered > old.checkpoint.covered
+        assert parts.counted("checkpoints_refused") >= 1
+
+
+async def stray_checkpoint(parts: Parts, turn: Turn, covered: int, *, words: int) -> Checkpoint:
+    """A checkpoint of the turn's first `covered` body messages that the plan cannot use: its
+    one message calls a tool whose result the request's tail never gives (another version's
+    messages, that no longer pair with this request's), with `words` of arguments."""
+    call = assistant_calls("gone", arguments={"q": "word " * words})
+    checkpoint = Checkpoint(turn.hashes[covered - 1], covered, [call], 0.0, "truncate", 0, 0)
+    await parts.memory.store.put_checkpoint(turn.tenant, turn.session or "", checkpoint)
+    return checkpoint
+
+
+@pytest.mark.parametrize(
+    ("messages", "strategy"),
+    [
+        pytest.param(history(3), None, id="fits-alone"),
+        pytest.param(tool_session(14), "clear_tool_results", id="cleared-alone"),
+        pytest.param(history(30), "truncate", id="truncated-alone"),
+    ],
+)
+async def test_a_stored_checkpoint_the_plan_cannot_use_gives_way_to_the_request_alone(
+    parts: Parts, messages: list[Any], strategy: str | None
+) -> None:
+    """The view over the checkpoint is malformed (the plan forwards it as it is) and over
+    the window: the request is compacted from its own messages instead, or forwarded as
+    sent when they fit."""
+    read = await turn_of(parts, messages)
+    await stray_checkpoint(parts, read, 2, words=8_000)
+    turn = await turn_of(parts, messages)
+    assert turn.checkpoint is not None
+    outcome = await parts.compactor.before_forward(turn)
+    assert outcome.tried
+    assert outcome.strategy == strategy
+    assert turn.budget.fits(outcome.tokens_after)
+    assert outcome.checkpoint is None or outcome.checkpoint.covered > 2
+    assert outcome.tokens_before == unchanged(turn).tokens_before
+    assert parts.counted("checkpoints_refused") >= 1
+
+
+async def test_a_stored_checkpoint_smaller_than_the_request_alone_stays(parts: Parts) -> None:
+    """Over the window either way (the instructions alone are): what stands on the
+    checkpoint is smaller, and is forwarded (the proxy then answers the overflow itself)."""
+    messages = history(3, system="rules " * 7_000)
+    read = await turn_of(parts, messages)
+    stray = await stray_checkpoint(parts, read, len(read.body) - 1, words=1)
+    turn = await turn_of(parts, messages)
+    outcome = await parts.compactor.before_forward(turn)
+    assert outcome.checkpoint == stray
+    assert not turn.budget.fits(outcome.tokens_after)
+
+
+def grown_result(result: Compacted, words: int) -> Compacted:
+    """`result` with its first compacted message (the note standing for the removed span)
+    longer by `words`: the same prefix compacted by another replica, another way."""
+    messages = list(result.messages)
+    index = next(i for i, m in enumerate(messages) if m.get("role") != "system")
+    messages[index] = {**messages[index], "content": text(messages[index]) + " word" * words}
+    return replace(result, messages=messages)
+
+
+async def test_a_same_prefix_checkpoint_over_the_trigger_is_not_forwarded(parts: Parts) -> None:
+    """Another replica stored the same prefix first, and the view over it is over the turn's
+    trigger (restored from a snapshot, or made under another window): this request forwards
+    its own compaction instead, and leaves the stored one alone."""
+    messages = history(10)
+    first, second = await turn_of(parts, messages), await turn_of(parts, messages)
+    big = grown_result(fallback_of(first), 5_000)
+    theirs = await parts.other_replica().freeze(first, big, "pressure", unchanged(first))
+    assert theirs.stored
+    ours = await parts.compactor.freeze(second, fallback_of(second), "pressure", unchanged(second))
+    assert not ours.stored
+    assert ours.outcome.messages == fallback_of(second).messages
+    assert second.budget.fits(ours.outcome.tokens_after)
+    assert (
+        await parts.memory.find_checkpoint(second.tenant, second.session, second.hashes)
+        == theirs.outcome.checkpoint
+    )
+
+
+async def test_after_an_overflow_a_stored_checkpoint_is_used_only_when_no_larger(
+    parts: Parts,
+) -> None:
+    """The emergency's retry forwards another request's compaction of the same prefix only
+    when it is no larger than its own: the provider has just refused a larger request."""
+    messages = history(10)
+    first, second = await turn_of(parts, messages), await turn_of(parts, messages)
+    result = fallback_of(second)
+    await parts.other_replica().freeze(
+        first, grown_result(result, 20), "pressure", unchanged(first)
+    )
+    larger = await parts.compactor.freeze(
+        second, result, "overflow", unchanged(second), ceiling=result.tokens_after
+    )
+    assert larger.outcome.messages == result.messages
+    same = await parts.compactor.freeze(
+        second, result, "overflow", unchanged(second), ceiling=result.tokens_after + 40
+    )
+    assert same.outcome.messages != result.messages  # theirs: within the ceiling
+    assert not same.stored
+
+
+async def test_a_request_in_cooldown_keeps_its_view_over_a_checkpoint_that_does_not_land() -> None:
+    policy = ContextPolicy(
+        context_window=WINDOW, keep_recent=2, output_reserved=500, cooldown_turns=5
+    )
+    async for parts in build(policy=policy):
+        early = await turn_of(parts, history(18))
+        first = await parts.compactor.before_forward(early)
+        assert first.checkpoint is not None
+        grown = [*history(18)[:-1], *history(15, topic="more")[1:]]
+        cooling = await turn_of(parts, grown)
+        await stray_checkpoint(parts, cooling, first.checkpoint.covered + 2, words=8_000)
+        outcome = await parts.compactor.before_forward(cooling)
+        assert outcome.checkpoint == first.checkpoint  # the stored one is over the window
+        assert outcome == unchanged(cooling)
+
+
+async def test_two_requests_over_one_unusable_checkpoint_compact_alone_once(parts: Parts) -> None:
+    """Both give way to their own messages: the first stores its compaction, the second
+    forwards that one (one compaction, one prefix), and only the first's drop is summarized
+    for the next compaction."""
+    messages = history(30)
+    await stray_checkpoint(parts, await turn_of(parts, messages), 2, words=8_000)
+    first, second = await turn_of(parts, messages), await turn_of(parts, messages)
+    one = await parts.compactor.before_forward(first)
+    await parts.compactor.preparer.settle()
+    folded = len(parts.mock.summary_requests)
+    assert folded >= 1  # what the first one dropped, summarized for the next time
+    two = await parts.compactor.before_forward(second)
+    await parts.compactor.preparer.settle()
+    assert one.checkpoint is not None
+    assert one.checkpoint.covered > 2
+    assert two.checkpoint == one.checkpoint
+    assert two.messages == one.messages
+    assert parts.counted("compactions") == 1
+    assert len(parts.mock.summary_requests) == folded

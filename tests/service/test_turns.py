@@ -240,7 +240,7 @@ async def planned_on(turn: Turn) -> tuple[bool, bool]:
         own = counter is turn.counter and mentions is turn.mentions
         return threading.current_thread() is threading.main_thread(), own
 
-    return await turn.planned(turn.body, plan)
+    return await turn.planned(plan)
 
 
 async def test_a_small_turn_plans_on_the_loop_and_a_large_one_in_a_thread(setup: Setup) -> None:
