@@ -201,4 +201,5 @@ async def backend_fixture(redis_pair: tuple[RedisStore, aioredis.Redis] | None) 
         return Backend(MemoryStore(session_ttl_s=TTL_S, clock=clock), clock, None)
     store, raw = redis_pair
     await raw.flushall()
+    store._indexed.clear()  # what it listed is gone with the flush: a new server, as it were
     return Backend(store, clock, raw)

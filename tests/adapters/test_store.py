@@ -12,6 +12,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +320,21 @@ async def test_find_checkpoint_longest_match_wins(backend: Backend) -> None:
     edited = chain_hashes([*body[:1], user("edited"), *body[2:]])
     assert await backend.store.find_checkpoint(A, "s", edited) is None
     assert await backend.store.find_checkpoint(A, "s", []) is None
+
+
+async def test_a_checkpoint_under_a_prefix_not_its_own_is_passed_over(backend: Backend) -> None:
+    # The longest prefix's key holds a checkpoint covering another length (a chain hash no
+    # real history collides with): the longest right one is found, and its expiry moved.
+    hashes = chain_hashes(conversation(6))
+    short = await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2))
+    wrong = replace(checkpoint(hashes, 3), prefix_hash=hashes[4])
+    await backend.store.put_checkpoint(A, "s", wrong)
+    assert await backend.store.find_checkpoint(A, "s", hashes) == short
+    only_wrong = chain_hashes(conversation(6, topic="other"))
+    await backend.store.put_checkpoint(
+        A, "s", replace(checkpoint(only_wrong, 3), prefix_hash=only_wrong[4])
+    )
+    assert await backend.store.find_checkpoint(A, "s", only_wrong) is None
 
 
 async def test_a_checkpoint_is_its_sessions_own(backend: Backend) -> None:
@@ -674,3 +690,19 @@ async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) 
 
 async def _refreshed(raw: aioredis.Redis) -> set[str]:
     return {key for key, ttl in (await _pttls(raw)).items() if ttl > 5000}
+
+
+async def test_a_busy_session_is_listed_again_only_every_few_seconds(backend: Backend) -> None:
+    store = backend.store
+    await store.begin_turn(A, "s", model="m", at=100.0)
+    await store.begin_turn(A, "t", model="m", at=101.0)
+    # Seen again 5 s later: its state says so; its place in the list may wait (Redis: a
+    # replica lists a busy session again every few seconds, not at every request).
+    assert (await store.begin_turn(A, "s", model="m", at=105.0)).last_seen == 105.0
+    assert {session for _, session, _ in await store.list_sessions(A)} == {"s", "t"}
+    await store.begin_turn(A, "s", model="m", at=111.0)
+    assert [session for _, session, _ in await store.list_sessions(A)] == ["s", "t"]
+    # Deleted, it is listed again at its very next turn.
+    assert await store.delete_session(A, "s") is True
+    await store.begin_turn(A, "s", model="m", at=112.0)
+    assert [session for _, session, _ in await store.list_sessions(A)] == ["s", "t"]
