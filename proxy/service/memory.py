@@ -333,7 +333,13 @@ class Memory:
         cached = self._facts.get(key)
         if cached is not None and time.monotonic() - cached[0] < FACT_TTL_S:
             return cached[1]
-        value = await self._try(read(tenant, model or ""), None)
+        try:
+            value = await self._must(read(tenant, model or ""))
+        except StoreUnavailableError:
+            # What this replica last knew stands while the store cannot say: forgotten, a
+            # calibration of 1.1 would compact as if our counts were the provider's (10 %
+            # too loose), a learned window as if the configured one were right.
+            return None if cached is None else cached[1]
         return self._remember(key, None if value is None else float(value))
 
     def _remember(self, key: tuple[str, str, str], value: float | None) -> float | None:

@@ -252,6 +252,21 @@ async def test_a_stopped_redis_is_served_around_and_each_skipped_write_counted(
     await memory.aclose()
 
 
+async def test_a_fact_known_before_an_outage_stands_through_it(
+    redis_server: RedisServer, redis_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory_module, "FACT_TTL_S", 0.0)  # asked of the store every time
+    memory = Memory(redis_store, probe_interval_s=60)
+    await memory.set_calibration(TENANT, "mock-model", 1.1)
+    await memory.learn_window(TENANT, "mock-model", 8000)
+    redis_server.stop()
+    assert await memory.calibration(TENANT, "mock-model") == 1.1
+    assert await memory.learned_window(TENANT, "mock-model") == 8000
+    assert memory.down
+    assert await memory.calibration(TENANT, "other-model") is None  # never known
+    await memory.aclose()
+
+
 async def test_a_request_without_a_session_or_a_body_makes_no_store_call(
     redis_server: RedisServer, redis_store: Store, metrics: Metrics
 ) -> None:
