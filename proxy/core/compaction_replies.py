@@ -33,7 +33,8 @@ class Usage:
     def to_json(self) -> dict[str, Any]:
         return {
             "input_tokens": self.input_tokens,
-            "input_tokens_details": {"cached_tokens": self.cached_tokens},
+            # What the summary wrote to the provider's cache is not known: none is claimed.
+            "input_tokens_details": {"cached_tokens": self.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": self.output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": self.input_tokens + self.output_tokens,

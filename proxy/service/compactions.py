@@ -73,10 +73,10 @@ class ClientCompactions:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
         users = _user_items(turn)
         condensed = await self._compactor.condense(turn, to_messages(users))
-        checkpoint = condensed.outcome.checkpoint if condensed.stored else turn.checkpoint
-        capsule = Capsule(
-            condensed.block, block_role(users), turn.session, _ref(checkpoint), turn.model
-        )
+        # The checkpoint of the conversation's prefix: this compaction's, or the one another
+        # request stored first for the same prefix.
+        checkpoint = _ref(condensed.outcome.checkpoint)
+        capsule = Capsule(condensed.block, block_role(users), turn.session, checkpoint, turn.model)
         item = compaction_item(self._sealer.seal(capsule))
         usage = _usage(condensed.summary)
         created = int(self._clock())

@@ -68,8 +68,6 @@ class Condensed:
     """The compaction block (None: there was nothing but the user's messages to condense)."""
     summary: SummaryResult | None = None
     """The summary written for it now (None: a prepared one, or none)."""
-    stored: bool = False
-    """Whether this compaction's checkpoint is the one stored (it is `outcome.checkpoint`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +154,20 @@ class Compactor:
             # Nothing to condense but earlier blocks: the newest stands for them.
             return Condensed(outcome, _last_note(outcome.messages, notes))
         block = plan.block
-        messages = [*turn.head, *kept]
-        if block is not None:
-            messages.append(block_message(block, block_role(kept)))
-        digests = frozenset([note_digest(block)] if block is not None else [])
-        result = replace(plan, messages=messages, tokens_after=turn.tokens(messages), notes=digests)
+        assert block is not None  # a whole compaction that changed anything wrote its block
+        messages = [*turn.head, *kept, block_message(block, block_role(kept))]
+        result = replace(
+            plan,
+            messages=messages,
+            tokens_after=turn.tokens(messages),
+            notes=frozenset({note_digest(block)}),
+        )
         frozen = await self.freeze(turn, result, "client", outcome, summary)
         if frozen.stored:
+            # As any compaction: what it truncated is summarized for the next one.
             self.preparer.settled(turn, used=used)
             self.preparer.fold(turn, result)
-        return Condensed(frozen.outcome, block, summary, frozen.stored)
+        return Condensed(frozen.outcome, block, summary)
 
     async def _summarized(
         self, need: NeedsSummary, turn: Turn
@@ -551,7 +553,7 @@ def _condensed_block(turn: Turn, notes: frozenset[str]) -> str | None:
     """The block a checkpoint covering the whole conversation ends with, if it does: the
     conversation was condensed as it stands (a compaction asked twice gets one answer)."""
     checkpoint = turn.checkpoint
-    if checkpoint is None or checkpoint.covered != len(turn.body) or not checkpoint.messages:
+    if checkpoint is None or checkpoint.covered != len(turn.body):
         return None
     return _last_note(checkpoint.messages[-1:], notes)
 
