@@ -590,7 +590,7 @@ def _problem(error: ErrorDetails) -> str:
 
 
 # Values of keys with these words are never echoed back in an error message.
-_SECRET_WORDS = ("api_key", "token", "password", "secret", "auth")
+_SECRET_WORDS = ("api_key", "token", "password", "secret", "auth", "compaction_key")
 
 
 def _kind(value: object) -> str:
