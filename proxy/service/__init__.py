@@ -270,7 +270,8 @@ class ProxyService:
             access = replace(access, turn=turn)
             answered = await self._compactions.answer(turn)
             access = replace(access, outcome=answered.outcome)
-            reply = answered.reply
+            # Archived as any turn is: what the block's recall ids stand for is read there.
+            reply = self._then(answered.reply, lambda: self._archive(turn))
         return reply.with_headers([("x-compaction-handled-by", str(by))]), access
 
     async def _server_state(

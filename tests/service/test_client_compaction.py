@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from proxy.core import jsoncodec
+from proxy.core import jsoncodec, recall
 from proxy.core.breaker import Breaker
 from proxy.core.budget import Budget
 from proxy.core.capsule import Capsule, Sealer
@@ -27,6 +27,7 @@ from proxy.core.session import tenant_of
 from proxy.errors import InvalidRequestError
 from proxy.mock_upstream import MockUpstream, Reply
 from proxy.service import ServiceConfig
+from proxy.service.operator import SessionRef
 from tests.service.parts import KEY, Running, header, read, running
 
 TENANT = tenant_of(KEY)
@@ -113,6 +114,9 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
     assert forwarded(proxy.mock) == []
     assert answer["usage"]["input_tokens"] > 0
     assert answer["usage"]["output_tokens"] > 0
+    # The session's history has it, as the client's.
+    detail = await proxy.service.operator.detail(SessionRef(TENANT, "s1"))
+    assert [(c["trigger"], c["strategy"]) for c in detail["history"]] == [("client", "summarize")]
 
 
 async def test_the_next_requests_carry_the_block_as_a_stable_prefix(proxy: Running) -> None:
@@ -260,6 +264,18 @@ async def test_a_malformed_history_is_refused(proxy: Running) -> None:
     with pytest.raises(InvalidRequestError, match="do not pair up") as raised:
         await compacted(proxy, items)
     assert raised.value.param == "input"
+
+
+async def test_what_the_block_removed_can_be_recalled_in_its_session(proxy: Running) -> None:
+    tools = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
+    reply = await proxy.ask(body(history(), tools=tools), path="responses/compact")
+    answer = json.loads(await read(reply))
+    block = SEALER.open(answer["output"][-1]["encrypted_content"]).block or ""
+    (rid,) = recall.ids_in(block)
+    await proxy.service.settle()  # the turn is archived once the answer has gone out
+    recalled = await proxy.service.memory.recalled(TENANT, "s1", rid)
+    assert recalled is not None
+    assert "v3.2.0" in json.dumps(recalled)  # the file read the summary condensed
 
 
 async def test_the_log_line_says_who_answered(
