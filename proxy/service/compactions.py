@@ -35,7 +35,7 @@ from proxy.core.compaction_replies import (
 )
 from proxy.core.messages import Message, role, text
 from proxy.core.request import Compaction
-from proxy.core.responses import ITEMS, to_messages
+from proxy.core.responses import INSTRUCTIONS, ITEMS, to_messages
 from proxy.core.session import Checkpoint
 from proxy.core.summary import note_digest
 from proxy.service.compactor import Compactor
@@ -89,7 +89,7 @@ class ClientCompactions:
             body = compacted_response(ident, created, [*users, item], usage)
             reply = Reply(200, [_JSON, *headers], jsoncodec.dumps(body))
         else:
-            response = triggered_response(request.body, ident, created, item, usage)
+            response = triggered_response(_echoed(turn), ident, created, item, usage)
             reply = (
                 Reply(200, [_EVENTS, *headers], _streamed(response))
                 if request.stream
@@ -108,6 +108,14 @@ def _user_items(turn: Turn) -> list[Any]:
 
 def _expanded(turn: Turn, message: Message) -> bool:
     return bool(turn.request.notes) and note_digest(text(message)) in turn.request.notes
+
+
+def _echoed(turn: Turn) -> dict[str, Any]:
+    """The request's fields as the client sent them: its chat view, `instructions` back from
+    the system message the view made of them."""
+    body = turn.request.body
+    instructions = (m.get("content") for m in turn.request.messages if m.get(INSTRUCTIONS))
+    return {**body, "instructions": next(instructions, body.get("instructions"))}
 
 
 def _ref(checkpoint: Checkpoint | None) -> CheckpointRef | None:

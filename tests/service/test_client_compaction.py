@@ -298,7 +298,10 @@ async def test_a_trigger_is_answered_with_exactly_one_compaction_item(proxy: Run
     assert response["object"] == "response"
     assert response["status"] == "completed"
     assert [item["type"] for item in response["output"]] == ["compaction"]
+    assert (response["model"], response["instructions"]) == (MODEL, "You port code.")
     assert forwarded(proxy.mock) == []  # no model call for a reply
+    bare = await proxy.ask({"model": MODEL, "input": [user("Hi."), TRIGGER]}, path="responses")
+    assert json.loads(await read(bare))["instructions"] is None
 
 
 async def test_a_streamed_trigger_is_openais_event_sequence(proxy: Running) -> None:
