@@ -45,7 +45,7 @@ import yaml
 
 from bench.measures import percentile
 from bench.processes import ProcessMeter, Server, free_port, python_module, start
-from bench.stack import proxy_command
+from bench.stack import COMPACTION_KEY, proxy_command
 
 SMALL_MODEL = "mock-compact"  # the 16k window
 LARGE_MODEL = "mock-model"  # the 128k window
@@ -298,6 +298,7 @@ def _config(mock_url: str, redis_url: str | None, workers: int) -> dict[str, Any
         "upstream": {"base_url": mock_url, "timeout_s": 120},
         "models": {name: {"context_window": window} for name, window in WINDOWS.items()},
         "log": {"level": "warning"},
+        "responses": {"compaction_key": COMPACTION_KEY},
     }
     if redis_url is not None:
         config["redis"] = {"url": redis_url}

@@ -60,12 +60,18 @@ class Stack:
         ]
 
 
+COMPACTION_KEY = "bench-compaction-key-of-32-bytes!"
+"""In front of the mock the proxy answers compaction requests, which on a shared store (Redis,
+several workers) needs a key every replica shares."""
+
+
 def proxy_config(mock_url: str) -> dict[str, object]:
     return {
         "upstream": {"base_url": mock_url, "timeout_s": 120},
         "context": {"context_window": NO_COMPACTION_WINDOW},
         "models": {COMPACT_MODEL: {"context_window": COMPACT_WINDOW}},
         "log": {"level": "warning"},
+        "responses": {"compaction_key": COMPACTION_KEY},
     }
 
 

@@ -48,6 +48,8 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import EnvSettingsSource
 
 from proxy.core import hooks as core_hooks
+from proxy.core.capsule import MIN_KEY_BYTES
+from proxy.core.delegation import CompactionMode, Handler, compaction_handler
 from proxy.core.keys import ClientKeys, configured_hash, tenant_name
 from proxy.core.policy import ContextPolicy, ModelPolicies
 from proxy.core.summary import DEFAULT_CACHED_PRICE
@@ -388,6 +390,34 @@ class AuthSettings(_Section):
         return ClientKeys(dict(self.keys)) if self.keys else None
 
 
+class ResponsesSettings(_Section):
+    """The Responses API's own compaction (`POST /v1/responses/compact`, `compaction_trigger`)."""
+
+    compaction: CompactionMode = "auto"
+    """Who answers it: `proxy`, `upstream` (forwarded untouched), or `auto`: the upstream when
+    it is OpenAI's API, the proxy otherwise (`proxy.core.delegation`)."""
+    compaction_key: SecretStr | None = None
+    """The key the proxy's compaction items are signed with: the same on every replica, so
+    that any of them reads the items another made. Unset, a single process makes one for its
+    life (its items are refused after a restart); several workers or a shared store refuse
+    to start without one while the proxy answers compaction."""
+
+    @field_validator("compaction_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("compaction_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().encode()) < MIN_KEY_BYTES:
+            raise ValueError(
+                f"must be at least {MIN_KEY_BYTES} bytes (a random string: "
+                "`openssl rand -base64 32`)"
+            )
+        return value
+
+
 class Settings(_Section):
     upstream: UpstreamSettings = UpstreamSettings()
     redis: RedisSettings = RedisSettings()
@@ -400,6 +430,7 @@ class Settings(_Section):
     log: LogSettings = LogSettings()
     admin: AdminSettings = AdminSettings()
     auth: AuthSettings = AuthSettings()
+    responses: ResponsesSettings = ResponsesSettings()
     chat_commands: bool = False
     """Answer `/context`, `/compact` and `/context clear` (the whole last user message)
     from the proxy itself, without calling the upstream."""
@@ -434,6 +465,29 @@ class Settings(_Section):
             raise ValueError(
                 "server.workers above 1 needs redis.url: the embedded store lives in one "
                 "process, and the workers would not share their sessions"
+            )
+        return self
+
+    def compaction_handler(self) -> Handler:
+        """Who answers compaction requests: `responses.compaction`, `auto` decided by the
+        upstream's host."""
+        return compaction_handler(self.responses.compaction, self.upstream.base_url)
+
+    @model_validator(mode="after")
+    def _compaction_key_shared(self) -> Settings:
+        # A key made up by one process would be another process's "another key": every
+        # item one worker or replica made would be refused by the others.
+        shared = self.server.workers > 1 or bool(self.redis.url)
+        keyless = self.responses.compaction_key is None
+        if shared and keyless and self.compaction_handler() == "proxy":
+            raise ValueError(
+                "responses.compaction_key must be set when the proxy answers compaction "
+                f"requests (responses.compaction: {self.responses.compaction}, upstream "
+                f"{redact(self.upstream.base_url)}) with several workers or a shared store "
+                "(redis.url): every worker and replica must read the compaction items the "
+                "others make. Set it to the same random string of at least "
+                f"{MIN_KEY_BYTES} bytes on each (`openssl rand -base64 32`), or set "
+                "responses.compaction: upstream"
             )
         return self
 
@@ -536,7 +590,7 @@ def _problem(error: ErrorDetails) -> str:
 
 
 # Values of keys with these words are never echoed back in an error message.
-_SECRET_WORDS = ("api_key", "token", "password", "secret", "auth")
+_SECRET_WORDS = ("api_key", "token", "password", "secret", "auth", "compaction_key")
 
 
 def _kind(value: object) -> str:

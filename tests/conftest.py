@@ -18,7 +18,7 @@ from proxy.mock_upstream import MockUpstream
 from proxy.settings import Settings
 from proxy.web import create_app
 from tests.redis_server import RedisServer
-from tests.servers import serve
+from tests.servers import COMPACTION_KEY, serve
 
 # The suite runs the properties derandomized wherever it runs (the same examples on every run,
 # so `make test` gives one verdict per commit and a red build reproduces). The random search
@@ -71,6 +71,10 @@ async def upstream_url(upstream: MockUpstream) -> AsyncIterator[str]:
 
 
 def make_settings(upstream_url: str, **sections: Any) -> Settings:
+    """Settings for a proxy in front of `upstream_url`: the mock, not OpenAI, so the proxy
+    answers compaction requests, with a key of its own unless `responses` says otherwise
+    (the settings refuse a shared store without one)."""
+    sections.setdefault("responses", {"compaction_key": COMPACTION_KEY})
     return Settings.model_validate({"upstream": {"base_url": upstream_url}, **sections})
 
 

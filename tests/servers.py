@@ -17,6 +17,9 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
+COMPACTION_KEY_ENV = "COMPACTION_PROXY_RESPONSES__COMPACTION_KEY"
+COMPACTION_KEY = "test-compaction-key-of-32-bytes!!"
+
 
 def _bound_socket() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -90,10 +93,13 @@ def proxy_process(
     args: Sequence[str], env: dict[str, str] | None = None, stderr: IO[bytes] | None = None
 ) -> Iterator[str]:
     """Run `compaction-proxy serve ARGS` as its own process; yields its base URL. Its log
-    goes to `stderr` when given, else to the test's."""
+    goes to `stderr` when given, else to the test's. Its compaction key is the tests' own
+    unless `env` sets one (in front of a mock, the proxy answers compaction requests, and
+    refuses to start on a shared store without a key)."""
     port = free_port()
     command = [sys.executable, "-m", "proxy", "serve", "--port", str(port), *args]
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stderr=stderr)
+    environment = {**os.environ, COMPACTION_KEY_ENV: COMPACTION_KEY, **(env or {})}
+    process = subprocess.Popen(command, env=environment, stderr=stderr)
     base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(process, base_url)

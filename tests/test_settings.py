@@ -255,3 +255,53 @@ def test_inject_message_only_at_turn_start(tmp_path: Path) -> None:
     hook = "{on: turn_end, action: {type: inject_message, message: x}}"
     with pytest.raises(ConfigError, match="inject_message runs on turn_start"):
         load_settings(write(tmp_path, f"hooks: [{hook}]\n"), environ={})
+
+
+# --- responses: who answers the Responses API's compaction, and its key ---------------------------
+
+VLLM = {"upstream": {"base_url": "http://vllm:8000/v1"}}
+KEY = "a-random-key-of-at-least-32-bytes-0123"
+
+
+def test_compaction_defaults_to_auto_with_no_key() -> None:
+    settings = load_settings(overrides={}, environ={})
+    assert settings.responses.compaction == "auto"
+    assert settings.responses.compaction_key is None
+    assert settings.compaction_handler() == "upstream"  # the default upstream is OpenAI's
+    assert load_settings(overrides=VLLM, environ={}).compaction_handler() == "proxy"
+
+
+def test_the_compaction_key_comes_from_the_environment_and_empty_is_unset() -> None:
+    env = {"COMPACTION_PROXY_RESPONSES__COMPACTION_KEY": KEY}
+    key = load_settings(overrides={}, environ=env).responses.compaction_key
+    assert key is not None
+    assert key.get_secret_value() == KEY
+    empty = {"COMPACTION_PROXY_RESPONSES__COMPACTION_KEY": ""}
+    assert load_settings(overrides={}, environ=empty).responses.compaction_key is None
+
+
+def test_a_short_compaction_key_is_refused_without_echoing_it() -> None:
+    with pytest.raises(
+        ConfigError, match=r"responses\.compaction_key: .*at least 32 bytes"
+    ) as raised:
+        load_settings(overrides={"responses": {"compaction_key": "hunter2"}}, environ={})
+    assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "shared",
+    [
+        {"server": {"workers": 2}, "redis": {"url": "redis://r:6379/0"}},
+        {"redis": {"url": "redis://r:6379/0"}},
+    ],
+)
+def test_a_shared_store_that_answers_compaction_needs_a_key(shared: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match=r"responses\.compaction_key must be set") as raised:
+        load_settings(overrides={**VLLM, **shared}, environ={})
+    assert "responses.compaction: upstream" in str(raised.value)  # the other way out
+    keyed = {**VLLM, **shared, "responses": {"compaction_key": KEY}}
+    assert load_settings(overrides=keyed, environ={}).compaction_handler() == "proxy"
+    upstream = {**VLLM, **shared, "responses": {"compaction": "upstream"}}
+    assert load_settings(overrides=upstream, environ={}).compaction_handler() == "upstream"
+    # In front of OpenAI, `auto` leaves compaction to it: no key is needed.
+    assert load_settings(overrides=shared, environ={}).compaction_handler() == "upstream"

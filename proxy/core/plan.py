@@ -157,6 +157,13 @@ class Situation:
     """The conversation's scope (tenant and session) when the model can recall what this
     compaction removes (`proxy.core.recall`): every placeholder, cut and note then names the
     id of what it stands for. None: recall is off, and the texts say nothing of it."""
+    whole: bool = False
+    """The client asked for this compaction (`/v1/responses/compact`, `compaction_trigger`):
+    everything after the instructions (and the pinned task) is condensed into the block,
+    whatever it costs or saves. No recent window, no running turn kept apart; the span is
+    summarized (or truncated, as the strategy says) from its original messages, none trimmed
+    or cleared first (`proxy.core.compaction_items` gives the client its user messages back
+    beside the block)."""
 
     def fixed(self, counter: Counter) -> float:
         """The share of the usable input the leading instructions and the tools take: the
@@ -226,6 +233,9 @@ class Compacted:
     messages as the plan had them when it removed them (a span evicted after its results
     were cleared holds their placeholders, whose ids are here too), for the store to
     resolve a `context_recall`."""
+    block: str | None = None
+    """The newest compaction block as written (ledger and trail included), as it stands in
+    `messages` (alone, or merged into a user message); None when no step wrote one."""
 
     @property
     def covers(self) -> str | None:
@@ -424,12 +434,22 @@ def plan_compaction(
         return Unchanged(reason, tokens)
     # Only now the work that reads the whole conversation (its statements, its pins).
     work = _Work(situation, counter, list(situation.messages), _mentions(mentions))
-    for layer in _LAYERS[situation.policy.strategy]:
+    for layer in _layers(situation):
         outcome = layer(work)
         if outcome is not None:
             return outcome
     _land(work)
     return work.result() if work.steps else Unchanged("nothing_to_remove", work.before)
+
+
+def _layers(situation: Situation) -> tuple[_Layer, ...]:
+    layers = _LAYERS[situation.policy.strategy]
+    if not situation.whole:
+        return layers
+    # A client's compaction condenses everything into the block, whatever the strategy (what
+    # is not in it is gone from the client's history): from the original messages, since
+    # nothing is left to trim or clear, summarized where the strategy summarizes.
+    return (_summarize_layer, _truncate_layer) if _summarize_layer in layers else (_truncate_layer,)
 
 
 def _mentions(mentions: Mentions | None) -> Mentions:
@@ -624,6 +644,9 @@ class _Work:
             bound=None if recent_tokens is None else (recent_tokens, self.counter.message),
             is_note=lambda message: self.note_of(message) is not None,
         )
+        if self.situation.whole:
+            # Everything goes into the block: the client keeps its user messages itself.
+            found = replace(found, recent=len(self.messages), running=None, asked=None)
         return found.protecting(running=self.keep_running)
 
     def recent_allowance(self) -> int:
@@ -685,6 +708,7 @@ class _Work:
             dropped,
             self.notes_left(),
             self.named_recalls(),
+            self.block,
         )
 
     def named_recalls(self) -> dict[str, tuple[Message, ...]]:
@@ -1109,7 +1133,9 @@ class _Eviction:
             taken = _standalone_end(
                 messages, candidates, _enough(work, messages, sizes, note_tokens)
             )
-        if sum(sizes[:taken]) <= note_tokens:
+        # A client's compaction takes any span: what is not in the block is gone from its
+        # history, so a note as big as the span is still worth writing.
+        if sum(sizes[:taken]) <= note_tokens and not work.situation.whole:
             return None
         start, stop = candidates[0].start, candidates[taken - 1].stop
         users = (i for i in range(work.pins.head, len(messages)) if role(messages[i]) == "user")
@@ -1219,8 +1245,9 @@ class _Eviction:
         reduced = [*before, *self.messages[self.stop :]]
         messages = splice(reduced, len(before), len(before), block).messages
         count = work.counter.messages
-        # A note as big as what it replaces would make the request no smaller: not worth it.
-        if count(messages) < count(work.messages):
+        # A note as big as what it replaces would make the request no smaller: not worth it
+        # (unless the client asked for the compaction: then the span leaves its history).
+        if work.situation.whole or count(messages) < count(work.messages):
             work.update(messages, step)
             work.note, work.block = note, block
             if step == "truncate":
@@ -1284,7 +1311,7 @@ def _given_back(
     a user message (the note then stands alone instead of being merged into the task, which
     would change the pinned prefix too), as long as the result still lands on the target."""
     taken = len(candidates)
-    if _is_user_at(messages, candidates[-1].stop):
+    if work.situation.whole or _is_user_at(messages, candidates[-1].stop):
         return taken
     total = work.counter.messages(messages) + work.tools + work.block_budget
     for fewer in range(taken - 1, 0, -1):

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsoncodec
+from proxy.core.capsule import Sealer
+from proxy.core.compaction_items import expand, trigger_at_end, without_trigger
 from proxy.core.messages import Message
 from proxy.core.responses import chat_view, responses_body
 from proxy.errors import InvalidRequestError
@@ -31,6 +33,15 @@ class Api(enum.Enum):
     RESPONSES = "responses"
 
 
+class Compaction(enum.Enum):
+    """The compaction a Responses API request asks the provider for (OpenAI's own)."""
+
+    COMPACT = "compact"
+    """`POST /v1/responses/compact`."""
+    TRIGGER = "compaction_trigger"
+    """A `/v1/responses` request whose `input` ends with a `compaction_trigger` item."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A parsed chat completion request; `raw` holds the exact bytes the client sent."""
@@ -39,6 +50,14 @@ class ChatRequest:
     body: dict[str, Any]
     """The chat completion body (for the Responses API, its chat view)."""
     api: Api = Api.CHAT
+    compaction: Compaction | None = None
+    """The compaction the request asks for, if any: `raw` is then the request to forward
+    untouched (the trigger in it), `body` the conversation to compact (the trigger out)."""
+    notes: frozenset[str] = frozenset()
+    """The digests of the proxy's compaction blocks the request carried as compaction items
+    (expanded in place: `raw` and `body` hold the blocks)."""
+    session: str | None = None
+    """The session those items belong to (the request's when the client names none)."""
 
     @property
     def model(self) -> str | None:
@@ -83,13 +102,26 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     return ChatRequest(raw=raw, body=body)
 
 
-def parse_responses_request(raw: bytes) -> ChatRequest:
+def parse_responses_request(raw: bytes, sealer: Sealer | None = None) -> ChatRequest:
     """Parse a Responses API body into its chat view. Raises `InvalidRequestError`.
 
     `input` may be absent (a stored prompt, or history on the provider's side) but must
     otherwise be a string or an array, as the API says; what the items hold is the
-    provider's to judge (an item the proxy does not know is carried along untouched).
+    provider's to judge (an item the proxy does not know is carried along untouched). The
+    proxy's own compaction items are expanded (`proxy.core.compaction_items.expand`, with
+    `sealer`'s key); an input ending with `compaction_trigger` asks for a compaction.
     """
+    return _responses_request(raw, sealer, None)
+
+
+def parse_compact_request(raw: bytes, sealer: Sealer | None = None) -> ChatRequest:
+    """Parse a `POST /v1/responses/compact` body (a Responses API body without `stream`)."""
+    return _responses_request(raw, sealer, Compaction.COMPACT)
+
+
+def _responses_request(
+    raw: bytes, sealer: Sealer | None, compaction: Compaction | None
+) -> ChatRequest:
     body = _json_object(raw)
     given = body.get("input")
     if given is not None and not isinstance(given, str | list):
@@ -98,7 +130,22 @@ def parse_responses_request(raw: bytes) -> ChatRequest:
             f"but got a {_json_kind(given)}.",
             param="input",
         )
-    return ChatRequest(raw=raw, body=chat_view(body), api=Api.RESPONSES)
+    expansion = expand(body, sealer)
+    if expansion.body is not body:
+        # What is forwarded, even untouched, is the expanded body: no provider reads the
+        # proxy's items. One serialization, so the block is the same bytes every time.
+        body = dict(expansion.body)
+        raw = jsoncodec.dumps(body)
+    if compaction is None and trigger_at_end(body):
+        compaction, body = Compaction.TRIGGER, without_trigger(body)
+    return ChatRequest(
+        raw=raw,
+        body=chat_view(body),
+        api=Api.RESPONSES,
+        compaction=compaction,
+        notes=expansion.notes,
+        session=expansion.session,
+    )
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

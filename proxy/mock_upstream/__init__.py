@@ -20,13 +20,15 @@ Options make it a strict, realistic provider; all are off by default:
   alternation 400;
 - `agent`: tool calls for a few rounds per user turn, then an answer;
 - `summary_quality`: a summarizer that keeps the facts, or one that loses them;
-- prompt-cache accounting in `usage.prompt_tokens_details.cached_tokens`, after OpenAI's rule.
+- prompt-cache accounting in `usage.prompt_tokens_details.cached_tokens`, after OpenAI's rule;
+- `native_compaction`: OpenAI's own compaction (`/v1/responses/compact`, `compaction_trigger`);
+  off, both are refused as a provider without it refuses them.
 
 Modules: `app` (the server and its state), `script` (what tests queue and read back),
 `completions` (a reply as JSON or SSE chunks), `errors` (the providers' wording),
 `strictness`, `meter` (token counts), `cache`, `agent`, `summarizer`; and for the Responses
 API `responses` (the endpoint), `responses_items`, `responses_meter`, `responses_strictness`,
-`responses_output`, `responses_stream`.
+`responses_output`, `responses_stream`, `responses_compaction`.
 """
 
 from proxy.mock_upstream.agent import AgentScript

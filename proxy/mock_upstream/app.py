@@ -78,6 +78,10 @@ class MockUpstream:
     responses_overflow_in_stream: bool = False
     """On `/v1/responses`, answer a streamed overflow 200 with a stream that ends in
     `response.failed`, as some providers do, instead of OpenAI's 400 before the stream."""
+    native_compaction: bool = False
+    """Compact as OpenAI does (`POST /v1/responses/compact`, a `compaction_trigger` at the end
+    of `input`; responses_compaction.py); off, both are refused as a provider without them
+    refuses them (a 404, a 400), and so is any `compaction` item in `input`."""
 
     # What the mock saw and did, for tests and benchmarks to read.
     requests: list[Recorded] = field(default_factory=list, init=False, repr=False)
@@ -121,6 +125,7 @@ class MockUpstream:
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/responses", self._responses_endpoint, methods=["POST"]),
+                Route("/v1/responses/compact", self._compact_endpoint, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route(
                     "/v1/{path:path}",
@@ -289,6 +294,11 @@ class MockUpstream:
         recorded = await self._record(request)
         headers = _provider_headers(next(self._ids))
         return await self._responses.answer(self, recorded, await self._meter(), headers)
+
+    async def _compact_endpoint(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        headers = _provider_headers(next(self._ids))
+        return await self._responses.compact(self, recorded, await self._meter(), headers)
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

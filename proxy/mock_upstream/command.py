@@ -44,6 +44,7 @@ class Options:
     agent: bool = False
     summary_quality: SummaryQuality = "good"
     latency_s: float = 0.0
+    native_compaction: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how the mock summarizes when the proxy asks it to (default: good)",
     )
     parser.add_argument(
+        "--native-compaction",
+        action="store_true",
+        help="compact as OpenAI does: answer POST /v1/responses/compact and a "
+        "compaction_trigger item (default: refuse both, as most providers do)",
+    )
+    parser.add_argument(
         "--latency",
         type=_seconds,
         default=0.0,
@@ -108,6 +115,7 @@ def options_from(args: argparse.Namespace) -> Options:
         agent=args.agent,
         summary_quality=args.summary_quality,
         latency_s=args.latency,
+        native_compaction=args.native_compaction,
     )
 
 
@@ -139,6 +147,7 @@ def mock_for(options: Options) -> MockUpstream:
         agent=SCRIPT if options.agent else None,
         summary_quality=options.summary_quality,
         latency_s=options.latency_s,
+        native_compaction=options.native_compaction,
         # Only on /v1/responses, and only for a request that includes encrypted reasoning
         # (as Codex does): then every response opens with a reasoning item, as o-series do.
         responses_reasoning=True,
@@ -155,6 +164,8 @@ def describe(options: Options, base_url: str, models: tuple[str, ...]) -> str:
         "the demo's tool-calling agent" if options.agent else "a fixed answer",
         f"{options.summary_quality} summaries",
     ]
+    if options.native_compaction:
+        plays.append("native compaction")
     if options.latency_s:
         plays.append(f"{options.latency_s:g} s latency")
     return (

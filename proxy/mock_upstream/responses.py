@@ -38,8 +38,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.mock_upstream.completions import Usage
 from proxy.mock_upstream.errors import Rejected
 from proxy.mock_upstream.meter import Meter
+from proxy.mock_upstream.responses_compaction import (
+    check_compaction_items,
+    compacted,
+    compaction_item,
+    not_found,
+    trigger_at_end,
+)
 from proxy.mock_upstream.responses_items import chat_view, input_items
-from proxy.mock_upstream.responses_meter import ResponsesMeter
+from proxy.mock_upstream.responses_meter import ENCRYPTED_CHARS_PER_TOKEN, ResponsesMeter
 from proxy.mock_upstream.responses_output import (
     ResponsesUsage,
     output_items,
@@ -72,6 +79,8 @@ class ResponsesApi:
         self.stored: dict[str, list[JSON]] = {}
         """Stored responses by id: their resolved input, then their output."""
         self.reasoning = ReasoningLedger()
+        self.compactions: set[str] = set()
+        """The `encrypted_content` of every compaction item made (with `native_compaction`)."""
         self._numbers = itertools.count(1)
 
     def new_id(self, prefix: str) -> str:
@@ -85,9 +94,12 @@ class ResponsesApi:
         counting = ResponsesMeter(meter)
         try:
             items = self._resolve(body)
+            check_compaction_items(items, native=host.native_compaction, made=self.compactions)
             prompt = self._admit(host, body, items, counting)
         except Rejected as rejected:
             return self._refuse(host, body, rejected, headers)
+        if trigger_at_end(items):
+            return self._compacted_in_band(host, body, items, prompt, headers)
         view = chat_view(body, items)
         summary = is_summary_request(view)
         if summary:
@@ -110,6 +122,44 @@ class ResponsesApi:
             self.stored[response["id"]] = [*items, *output]
         if body.get("stream") is True:
             stream = self._stream(host, response, reply)
+            return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+        return JSONResponse(response, headers=headers)
+
+    async def compact(
+        self, host: MockUpstream, recorded: Recorded, meter: Meter, headers: dict[str, str]
+    ) -> Response:
+        """`POST /v1/responses/compact`: OpenAI's answer with `native_compaction`, else the
+        404 of a provider that does not serve the path."""
+        if not host.native_compaction:
+            refused = not_found(recorded.path)
+            return JSONResponse(refused.body, status_code=refused.status, headers=headers)
+        body = recorded.json()
+        try:
+            items = self._resolve(body)
+            check_compaction_items(items, native=True, made=self.compactions)
+            prompt = self._admit(host, body, items, ResponsesMeter(meter))
+        except Rejected as rejected:
+            return JSONResponse(rejected.body, status_code=rejected.status, headers=headers)
+        item = compaction_item(self.new_id, self.compactions)
+        usage = _compaction_usage(prompt, item)
+        return JSONResponse(compacted(self.new_id("resp"), items, item, usage), headers=headers)
+
+    def _compacted_in_band(
+        self,
+        host: MockUpstream,
+        body: Mapping[str, Any],
+        items: list[JSON],
+        prompt: int,
+        headers: dict[str, str],
+    ) -> Response:
+        """The answer to an input ending with `compaction_trigger`: one compaction item."""
+        output = [compaction_item(self.new_id, self.compactions)]
+        response = response_object(body, self.new_id("resp"), output, None)
+        response["usage"] = _compaction_usage(prompt, output[0])
+        if body.get("store") is not False:
+            self.stored[response["id"]] = [*items[:-1], *output]
+        if body.get("stream") is True:
+            stream = self._stream(host, response, Reply(content=None))
             return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
         return JSONResponse(response, headers=headers)
 
@@ -192,6 +242,12 @@ def _usage(
     """What the response bills: its reasoning (the summaries' tokens) counts as output."""
     thinking = meter.scale(meter.counter.text(reasoning_text(output)))
     return ResponsesUsage(prompt, cached, meter.completion(reply) + thinking, thinking)
+
+
+def _compaction_usage(prompt: int, item: JSON) -> JSON:
+    """A compaction bills the prompt, and the summary it sampled as output."""
+    written = len(item["encrypted_content"]) // ENCRYPTED_CHARS_PER_TOKEN
+    return ResponsesUsage(prompt, 0, written, 0).json()
 
 
 def _wants_encrypted_reasoning(body: Mapping[str, Any]) -> bool:

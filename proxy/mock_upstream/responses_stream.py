@@ -10,7 +10,8 @@ Between `response.created`/`response.in_progress` and the end, each output item 
   `..._part.done` per summary part;
 - a message: `response.content_part.added`, `response.output_text.delta`s,
   `response.output_text.done`, `response.content_part.done`;
-- a function call: `response.function_call_arguments.delta`s, then `.done`.
+- a function call: `response.function_call_arguments.delta`s, then `.done`;
+- a compaction item: one `response.compaction.compacting` (no content).
 """
 
 from __future__ import annotations
@@ -71,8 +72,15 @@ def _events(response: JSON, *, endless: bool) -> Iterator[JSON]:
             endless = False
         elif item["type"] == "function_call":
             yield from _arguments(index, item)
+        elif item["type"] == "compaction":
+            # The summary is sampled meanwhile; the event carries none of it.
+            yield {"type": "response.compaction.compacting", "item_id": item["id"], **_at(index)}
         yield {"type": "response.output_item.done", "output_index": index, "item": item}
     yield {"type": "response.completed", "response": response}
+
+
+def _at(index: int) -> JSON:
+    return {"output_index": index}
 
 
 def _opened(item: JSON) -> JSON:

@@ -28,11 +28,19 @@ from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
 from proxy.core import hooks
 from proxy.core.breaker import Breaker
+from proxy.core.capsule import Sealer
 from proxy.core.commands import Command, command_of
+from proxy.core.delegation import Handler
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.keys import ClientKeys
 from proxy.core.policy import ModelPolicies
-from proxy.core.request import Api, ChatRequest, parse_chat_request, parse_responses_request
+from proxy.core.request import (
+    Api,
+    ChatRequest,
+    parse_chat_request,
+    parse_compact_request,
+    parse_responses_request,
+)
 from proxy.core.responses import server_state
 from proxy.core.room import in_room
 from proxy.core.tokens import TokenCounter
@@ -42,6 +50,7 @@ from proxy.service import reports
 from proxy.service.access import Access, Stopwatch
 from proxy.service.chat import Answer, ChatForwarder
 from proxy.service.commands import ChatCommands
+from proxy.service.compactions import ClientCompactions
 from proxy.service.compactor import Compactor
 from proxy.service.memory import LEARNED_TTL_S, Memory
 from proxy.service.operator import Operator
@@ -75,6 +84,11 @@ class ServiceConfig:
     """Put the last user message (truncated) in each request's log line."""
     learned_ttl_s: float = LEARNED_TTL_S
     """How long a tenant's learned window and calibration last (`context.learned_ttl_s`)."""
+    compaction_by: Handler = "upstream"
+    """Who answers the Responses API's compaction requests (`responses.compaction`)."""
+    sealer: Sealer | None = None
+    """Seals the proxy's compaction items and opens them again (`responses.compaction_key`);
+    needed when the proxy answers compaction requests."""
 
 
 class ProxyService:
@@ -130,6 +144,12 @@ class ProxyService:
             if config.chat_commands
             else None
         )
+        self._sealer = config.sealer
+        self._compactions: ClientCompactions | None = None
+        if config.compaction_by == "proxy":
+            if config.sealer is None:
+                raise ValueError("the proxy answers compaction requests only with a sealer")
+            self._compactions = ClientCompactions(compactor=self._compactor, sealer=config.sealer)
         self._chat = ChatForwarder(
             upstream=upstream,
             memory=self.memory,
@@ -144,8 +164,15 @@ class ProxyService:
         return await self._handle(incoming, raw, parse_chat_request)
 
     async def response(self, incoming: Incoming, raw: bytes) -> Reply:
-        """The same for a Responses API request (`POST /v1/responses`)."""
-        return await self._handle(incoming, raw, parse_responses_request)
+        """The same for a Responses API request (`POST /v1/responses`); one whose `input`
+        ends with `compaction_trigger` is a compaction request (see `compact`)."""
+        return await self._handle(incoming, raw, lambda r: parse_responses_request(r, self._sealer))
+
+    async def compact(self, incoming: Incoming, raw: bytes) -> Reply:
+        """A compaction request (`POST /v1/responses/compact`): answered by the proxy, or
+        forwarded untouched (`responses.compaction`; and always when the provider holds the
+        history, `previous_response_id`). The reply names who in `x-compaction-handled-by`."""
+        return await self._handle(incoming, raw, lambda r: parse_compact_request(r, self._sealer))
 
     async def _handle(
         self, incoming: Incoming, raw: bytes, parse: Callable[[bytes], ChatRequest]
@@ -158,7 +185,11 @@ class ProxyService:
         try:
             request = parse(raw)
             access = Access(request)
-            if request.api is Api.RESPONSES and server_state(request.body):
+            if request.compaction is not None:
+                by = self._compaction_by(request)
+                access = replace(access, action=request.compaction.value, compaction_by=by)
+                reply, access = await self._compaction(incoming, request, watch, access)
+            elif request.api is Api.RESPONSES and server_state(request.body):
                 access = replace(access, action="server_state")
                 reply = await self._server_state(incoming, request, watch)
             elif self._commands is not None and (command := _command(request)) is not None:
@@ -216,6 +247,32 @@ class ProxyService:
             answer.reply, lambda: self._after(turn, outcome, tally.calls if tally else 0)
         )
         return reply.with_headers(_compaction_headers(turn, outcome))
+
+    def _compaction_by(self, request: ChatRequest) -> Handler:
+        """Who answers a compaction request: the upstream when the proxy leaves compaction
+        to it, or when the provider holds the history (the proxy cannot see it)."""
+        if self._compactions is None or server_state(request.body):
+            return "upstream"
+        return "proxy"
+
+    async def _compaction(
+        self, incoming: Incoming, request: ChatRequest, watch: Stopwatch, access: Access
+    ) -> tuple[Reply, Access]:
+        """A compaction request, forwarded untouched or answered with the proxy's own."""
+        by = access.compaction_by
+        if self._compactions is None or by == "upstream":
+            self.tenant_of(credentials_of(incoming))
+            reply = await self._untouched(incoming, request, watch)
+        else:
+            tenant = self.tenant_of(credentials_of(incoming))
+            session = incoming.header("x-session-id")
+            turn = await self._turns.resume(incoming, request, tenant=tenant, session=session)
+            access = replace(access, turn=turn)
+            answered = await self._compactions.answer(turn)
+            access = replace(access, outcome=answered.outcome)
+            # Archived as any turn is: what the block's recall ids stand for is read there.
+            reply = self._then(answered.reply, lambda: self._archive(turn))
+        return reply.with_headers([("x-compaction-handled-by", str(by))]), access
 
     async def _server_state(
         self, incoming: Incoming, request: ChatRequest, watch: Stopwatch

@@ -55,12 +55,15 @@ class Access:
     outcome: Outcome | None = None
     action: str | None = None
     """Set when no compaction was considered: `off` (X-Compaction: off), `command`,
-    `server_state`, `passthrough` (any other `/v1/*` request, forwarded untouched)."""
+    `server_state`, `passthrough` (any other `/v1/*` request, forwarded untouched); or for
+    a client's compaction request: `compact`, `compaction_trigger`."""
     method: str | None = None
     path: str | None = None
     """A passthrough's method and path (relative to `/v1/`): its line says what it was."""
     tenant: str | None = None
     """The tenant, when known without a turn (a passthrough)."""
+    compaction_by: str | None = None
+    """Who answered a compaction request (`proxy` or `upstream`; `proxy.core.delegation`)."""
 
     def fields(self, status: int) -> dict[str, Any]:
         """The log line's fields known from the request (null when unknown); the
@@ -81,6 +84,8 @@ class Access:
         }
         if self.path is not None:
             fields["method"], fields["path"] = self.method, f"/v1/{self.path}"
+        if self.compaction_by is not None:
+            fields["compaction_by"] = self.compaction_by
         if turn is not None and outcome is not None:
             budget = turn.budget
             fields["tokens_before"] = budget.estimate(outcome.sent or outcome.tokens_before)

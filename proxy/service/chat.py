@@ -33,7 +33,6 @@ from proxy.core.lessons import window_lesson
 from proxy.core.overflow import Verdict, classify
 from proxy.core.plan import Compacted, Situation, plan_emergency
 from proxy.core.request import Api, ChatRequest, wire_body
-from proxy.core.session import known_notes
 from proxy.core.sse import StreamTap, opening_error, with_usage_requested
 from proxy.errors import UpstreamError
 from proxy.observability.metrics import Metrics
@@ -186,7 +185,7 @@ class ChatForwarder:
             turn.tools_body(),
             turn.policy,
             turn.budget,
-            notes=known_notes(outcome.checkpoint),
+            notes=turn.notes(outcome.checkpoint),
             recall=turn.recall_scope,
         )
         result = await turn.planned(

@@ -34,12 +34,15 @@ from dataclasses import dataclass, replace
 
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
-from proxy.core.messages import Message, tool_calls
+from proxy.core.compaction_items import block_message, block_role
+from proxy.core.messages import Message, text, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.policy import Strategy
 from proxy.core.prepared import covered, note_key
 from proxy.core.room import in_room
-from proxy.core.session import Checkpoint, CompactionRecord, known_notes, new_checkpoint
+from proxy.core.session import Checkpoint, CompactionRecord, new_checkpoint
+from proxy.core.summary import note_digest
+from proxy.errors import InvalidRequestError
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome, unchanged
@@ -53,6 +56,18 @@ MAX_HOOK_SESSIONS = 10_000
 # How long a request waits for another replica's summary of the same prefix.
 LOCK_WAIT_S = 10.0
 _POLL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Condensed:
+    """A conversation condensed at the client's request (`Compactor.condense`)."""
+
+    outcome: Outcome
+    """The view frozen for it: the client's user messages, then the block."""
+    block: str | None
+    """The compaction block (None: there was nothing but the user's messages to condense)."""
+    summary: SummaryResult | None = None
+    """The summary written for it now (None: a prepared one, or none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +113,86 @@ class Compactor:
         window goes, however low the pressure (a forced plan takes all its layers allow)."""
         action = hooks.CompactContext(strategy=strategy, force=True)
         return await self._compact(action, turn, unchanged(turn), trigger="manual")
+
+    async def condense(self, turn: Turn, kept: list[Message]) -> Condensed:
+        """The client's own compaction (`/v1/responses/compact`, `compaction_trigger`): all
+        of the conversation after the instructions condensed into one block by the plan
+        (`Situation.whole`), with the summary prepared for it or a fresh one (waited for:
+        the client asked for this compaction), frozen as the view the client's compacted
+        history stands for: `kept` (its user messages, which it keeps), then the block.
+
+        A conversation already condensed as it stands (its checkpoint covers all of it and
+        ends with a block) gives that block again. Raises InvalidRequestError for a
+        conversation whose tool calls and outputs do not pair up.
+        """
+        outcome = unchanged(turn)
+        notes = turn.notes(outcome.checkpoint)
+        again = _condensed_block(turn, notes)
+        if again is not None:
+            return Condensed(outcome, again)
+        situation = Situation(
+            outcome.messages,
+            turn.tools_body(),
+            turn.policy,
+            turn.budget,
+            force=True,
+            notes=notes,
+            recall=turn.recall_scope,
+            whole=True,
+        )
+        plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
+        summary, used = None, False
+        if isinstance(plan, NeedsSummary):
+            plan, summary, used = await self._summarized(plan, turn)
+        if isinstance(plan, Unchanged):
+            if plan.reason == "malformed":
+                raise InvalidRequestError(
+                    "The input cannot be compacted: its tool calls and their outputs do not "
+                    "pair up (a call without its output, or an output without its call).",
+                    param="input",
+                )
+            # Nothing to condense but earlier blocks: the newest stands for them.
+            return Condensed(outcome, _last_note(outcome.messages, notes))
+        block = plan.block
+        assert block is not None  # a whole compaction that changed anything wrote its block
+        messages = [*turn.head, *kept, block_message(block, block_role(kept))]
+        result = replace(
+            plan,
+            messages=messages,
+            tokens_after=turn.tokens(messages),
+            notes=frozenset({note_digest(block)}),
+        )
+        frozen = await self.freeze(turn, result, "client", outcome, summary)
+        if frozen.stored:
+            # As any compaction: what it truncated is summarized for the next one.
+            self.preparer.settled(turn, used=used)
+            self.preparer.fold(turn, result)
+        return Condensed(frozen.outcome, block, summary)
+
+    async def _summarized(
+        self, need: NeedsSummary, turn: Turn
+    ) -> tuple[Compacted, SummaryResult | None, bool]:
+        """`need` completed with the summary prepared for its whole span, else with one
+        written now (over the part a prepared one covers), else truncated; the summary
+        written now, and whether a prepared one was used."""
+        keys = need.keys
+        fold = note_key(need.anchor, turn.session) if need.anchor and turn.session else None
+        found = await self.preparer.find(turn.tenant, [*([fold] if fold else []), *keys])
+        if fold in found:
+            need = need.rolled(found[fold].text)
+        done = covered(keys, found)
+        if done == len(keys):
+            return need.complete(found[keys[-1]].text), None, True
+        if not self.preparer.allows():
+            self._metrics.summary_skipped()
+            return need.fallback(), None, False
+        task = need.task(done, found[keys[done - 1]].text) if done else need
+        try:
+            summary = await self.preparer.write(task, turn)
+        except SummaryFailedError as exc:
+            logger.warning("summary failed, truncating instead: %s", exc)
+            return need.fallback(), None, False
+        return need.complete(summary.text), summary, bool(done)
 
     @property
     def has_turn_end_hooks(self) -> bool:
@@ -178,7 +273,7 @@ class Compactor:
             turn.budget,
             turns_since_compaction=turn.state.turns_since_compaction,
             force=action.force,
-            notes=known_notes(outcome.checkpoint),
+            notes=turn.notes(outcome.checkpoint),
             recall=turn.recall_scope,
         )
         plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
@@ -333,7 +428,12 @@ class Compactor:
             return outcome
         messages = turn.view(None)
         situation = Situation(
-            messages, turn.tools_body(), turn.policy, turn.budget, recall=turn.recall_scope
+            messages,
+            turn.tools_body(),
+            turn.policy,
+            turn.budget,
+            notes=turn.notes(None),
+            recall=turn.recall_scope,
         )
         plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         if isinstance(plan, NeedsSummary):
@@ -447,3 +547,20 @@ class Compactor:
             result.strategy, trigger, estimate(result.tokens_before), estimate(result.tokens_after)
         )
         return Frozen(outcome, stored=True)
+
+
+def _condensed_block(turn: Turn, notes: frozenset[str]) -> str | None:
+    """The block a checkpoint covering the whole conversation ends with, if it does: the
+    conversation was condensed as it stands (a compaction asked twice gets one answer)."""
+    checkpoint = turn.checkpoint
+    if checkpoint is None or checkpoint.covered != len(turn.body):
+        return None
+    return _last_note(checkpoint.messages[-1:], notes)
+
+
+def _last_note(messages: list[Message], notes: frozenset[str]) -> str | None:
+    """The last of `messages` that is one of the proxy's notes, standing alone."""
+    return next(
+        (text(m) for m in reversed(messages) if note_digest(text(m)) in notes),
+        None,
+    )

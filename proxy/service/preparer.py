@@ -40,7 +40,6 @@ from proxy.core.breaker import Breaker
 from proxy.core.messages import Message
 from proxy.core.plan import Compacted, NeedsSummary, Situation, SummaryTask, plan_compaction
 from proxy.core.prepared import covered, note_key, preparing
-from proxy.core.session import known_notes
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome
@@ -146,7 +145,7 @@ class Preparer:
         if grown is not None and 0 <= grown < budget.tokens_at(RECHECK_SHARE):
             return
         self._remember(self._checked, conversation, (prefix, tokens), MAX_CHECKED)
-        notes = known_notes(outcome.checkpoint)
+        notes = turn.notes(outcome.checkpoint)
         self._start(conversation, lambda: self._prepare(turn, messages, notes))
 
     def fold(self, turn: Turn, result: Compacted) -> None:

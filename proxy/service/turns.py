@@ -30,6 +30,7 @@ from proxy.core.session import (
     Checkpoint,
     SessionState,
     chain_hashes,
+    known_notes,
     session_id_of,
     split_head,
     tenant_of,
@@ -89,6 +90,11 @@ class Turn:
         """What is forwarded over `checkpoint` (R for the first k messages of the body):
         `head + R + body[k:]`."""
         return view(self.head, self.body, checkpoint)
+
+    def notes(self, checkpoint: Checkpoint | None) -> frozenset[str]:
+        """The digests of the proxy's notes in the view over `checkpoint`: the checkpoint's,
+        and the blocks of the proxy's compaction items the request carried (expanded)."""
+        return known_notes(checkpoint) | self.request.notes
 
     def tokens(self, messages: list[Message]) -> int:
         """Our raw (uncalibrated) count of a request carrying `messages` (and the recall
@@ -224,6 +230,10 @@ class Turns:
         hashes = chain_hashes(body, digests.of)
         credentials = credentials_of(incoming)
         session = session_id_of(session_header, hashes)
+        if not session_header and request.session is not None:
+            # The session of the proxy's compaction item the request carries: where the
+            # block's recall ids resolve, whatever the client's history now starts with.
+            session = request.session
         model = request.model
         policy = self._policies.for_model(model)
         counter = self.counter(model).for_request(digests)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,6 +25,7 @@ from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.adapters.upstream import AiohttpUpstream, Upstream
 from proxy.core.breaker import Breaker
+from proxy.core.capsule import MIN_KEY_BYTES, Sealer
 from proxy.errors import ProxyError
 from proxy.observability.metrics import Metrics
 from proxy.service import ProxyService, ServiceConfig
@@ -82,7 +84,7 @@ def create_app(
             upstream=client,
             store=sessions,
             encoders=tokenizers,
-            config=_service_config(settings),
+            config=_service_config(settings, _compaction_key(settings)),
             summarizer=Summarizer(
                 brain_client,
                 model=brain.model,
@@ -128,7 +130,7 @@ def create_app(
     # Outermost: the counter, the routes and the session API all see the normalized path.
     app.add_middleware(PathGuard)
     app.state.metrics = metrics
-    app.router.routes[:0] = [routes.CHAT_ROUTE, routes.RESPONSES_ROUTE]
+    app.router.routes[:0] = [routes.CHAT_ROUTE, routes.RESPONSES_ROUTE, routes.COMPACT_ROUTE]
     app.include_router(admin.router)
     app.router.routes.extend(DASHBOARD_ROUTES)
     app.router.routes.extend(docs_routes(app.title, app.openapi_url or "/openapi.json"))
@@ -136,7 +138,7 @@ def create_app(
     return app
 
 
-def _service_config(settings: Settings) -> ServiceConfig:
+def _service_config(settings: Settings, compaction_key: bytes | None) -> ServiceConfig:
     return ServiceConfig(
         policies=settings.model_policies(),
         rules=settings.hook_rules(),
@@ -151,7 +153,26 @@ def _service_config(settings: Settings) -> ServiceConfig:
         chat_commands=settings.chat_commands,
         log_content=settings.log.content,
         learned_ttl_s=settings.context.learned_ttl_s,
+        compaction_by=settings.compaction_handler(),
+        sealer=Sealer(compaction_key) if compaction_key is not None else None,
     )
+
+
+def _compaction_key(settings: Settings) -> bytes | None:
+    """`responses.compaction_key`; when it is unset and the proxy answers compaction, one
+    made up for this process's life (the settings allow that only to a single process on
+    the embedded store), said once in the log: its items are refused after a restart."""
+    configured = _secret(settings.responses.compaction_key)
+    if configured is not None:
+        return configured.encode()
+    if settings.compaction_handler() != "proxy":
+        return None
+    logger.warning(
+        "responses.compaction_key is not set: the proxy signs its compaction items with a key "
+        "of this process's own, and refuses them after a restart; set the key to keep "
+        "compacted histories usable across restarts"
+    )
+    return secrets.token_bytes(MIN_KEY_BYTES)
 
 
 def _warn_if_one_tenant(settings: Settings) -> None:

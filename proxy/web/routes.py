@@ -40,6 +40,10 @@ async def responses(request: Request) -> Response:
     return await _compacted(request, _service(request).response)
 
 
+async def responses_compact(request: Request) -> Response:
+    return await _compacted(request, _service(request).compact)
+
+
 async def _compacted(
     request: Request, handle: Callable[[Incoming, bytes], Awaitable[Reply]]
 ) -> Response:
@@ -97,6 +101,9 @@ CHAT_ROUTE = Route("/v1/chat/completions", chat_completions, methods=["POST"])
 RESPONSES_ROUTE = Route("/v1/responses", responses, methods=["POST"])
 """The Responses API's create, compacted as chat completions are (other methods and
 `/v1/responses/{id}` pass through)."""
+COMPACT_ROUTE = Route("/v1/responses/compact", responses_compact, methods=["POST"])
+"""The Responses API's compaction: answered by the proxy or forwarded untouched, as
+`responses.compaction` says."""
 ROUTES: list[BaseRoute] = [
     Route("/v1/{path:path}", passthrough, methods=_ALL_METHODS),
     Route("/healthz", healthz, methods=["GET"]),

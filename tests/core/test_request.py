@@ -9,8 +9,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.request import Api, parse_chat_request, parse_responses_request, wire_body
+from proxy.core import jsoncodec
+from proxy.core.capsule import Capsule, Sealer
+from proxy.core.compaction_items import block_item, compaction_item
+from proxy.core.request import (
+    Api,
+    Compaction,
+    parse_chat_request,
+    parse_compact_request,
+    parse_responses_request,
+    wire_body,
+)
+from proxy.core.summary import note_digest
 from proxy.errors import InvalidRequestError
+
+TRIGGER = {"type": "compaction_trigger"}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -142,3 +155,53 @@ def test_a_responses_request_rejects_what_we_cannot_read(raw: bytes, param: str 
 def test_a_responses_request_may_leave_input_out() -> None:
     request = parse_responses_request(b'{"model": "m", "prompt": {"id": "pmpt_1"}}')
     assert request.messages == []
+
+
+# --- the Responses API's compaction ---------------------------------------------------------------
+
+SEALER = Sealer(b"k" * 32)
+BLOCK = "[2 earlier messages omitted]"
+
+
+def _item() -> dict[str, Any]:
+    return compaction_item(SEALER.seal(Capsule(BLOCK, "assistant", "s9")))
+
+
+def test_an_input_ending_with_a_trigger_asks_for_compaction() -> None:
+    raw = json.dumps({"model": "m", "input": [{"role": "user", "content": "hi"}, TRIGGER]})
+    request = parse_responses_request(raw.encode())
+    assert request.compaction is Compaction.TRIGGER
+    assert request.raw == raw.encode()  # forwarded untouched, trigger and all
+    assert [m["content"] for m in request.messages] == ["hi"]  # compacted without it
+
+
+def test_a_compact_request_asks_for_compaction() -> None:
+    request = parse_compact_request(b'{"model": "m", "input": "hi"}')
+    assert request.compaction is Compaction.COMPACT
+    assert request.api is Api.RESPONSES
+    assert parse_responses_request(b'{"model": "m", "input": "hi"}').compaction is None
+
+
+def test_the_proxys_item_is_expanded_before_anything_reads_the_request() -> None:
+    body = {"model": "m", "input": [{"role": "user", "content": "hi"}, _item()]}
+    request = parse_responses_request(json.dumps(body).encode(), SEALER)
+    expanded = json.loads(request.raw)
+    assert expanded["input"][1] == block_item(BLOCK, "assistant")
+    assert request.raw == jsoncodec.dumps(expanded)  # one serialization, byte-stable
+    assert request.notes == {note_digest(BLOCK)}
+    assert request.session == "s9"
+    assert request.messages[-1]["content"] == [{"type": "text", "text": BLOCK}]
+
+
+def test_a_request_without_the_proxys_items_keeps_its_own_bytes() -> None:
+    raw = b'{"model": "m",  "input": [{"type": "compaction", "encrypted_content": "gAAAA"}]}'
+    request = parse_responses_request(raw, SEALER)
+    assert request.raw == raw
+    assert (request.notes, request.session) == (frozenset(), None)
+
+
+def test_a_trigger_after_the_proxys_item_is_still_the_last_item() -> None:
+    body = {"model": "m", "input": [_item(), TRIGGER]}
+    request = parse_responses_request(json.dumps(body).encode(), SEALER)
+    assert request.compaction is Compaction.TRIGGER
+    assert json.loads(request.raw)["input"][-1] == TRIGGER

@@ -43,6 +43,8 @@ class Running:
         raw = jsoncodec.dumps(body)
         if path == "responses":
             return await self.service.response(incoming, raw)
+        if path == "responses/compact":
+            return await self.service.compact(incoming, raw)
         return await self.service.chat_completion(incoming, raw)
 
 
