@@ -177,7 +177,8 @@ class Compactor:
         written now, and whether a prepared one was used."""
         keys = need.keys
         fold = note_key(need.anchor, turn.session) if need.anchor and turn.session else None
-        found = await self.preparer.find(turn.tenant, [*([fold] if fold else []), *keys])
+        wanted = [*([fold] if fold else []), *keys]
+        found = await self.preparer.find(turn.tenant, turn.session, wanted)
         if fold in found:
             need = need.rolled(found[fold].text)
         done = covered(keys, found)

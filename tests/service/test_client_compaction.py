@@ -427,4 +427,5 @@ def _span_keys(proxy: Running, items: list[Item]) -> list[str]:
 
 async def _prepare(proxy: Running, key: str, text: str) -> None:
     stored = json.dumps({"text": text, "model": MODEL, "tokens": 40, "input_tokens": 30})
-    assert await proxy.service.memory.put_summary(TENANT, key, stored)
+    # Under the session the requests of these tests name (`Running.ask`'s default).
+    assert await proxy.service.memory.put_summary(TENANT, "s1", key, stored)
