@@ -666,8 +666,8 @@ async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) 
     assert all(
         TTL_S * 1000 - 5000 < ttl <= TTL_S * 1000 for key, ttl in ttls.items() if key not in untimed
     )
-    # ckpt, index, session keys, messages, global, model, summary
-    assert len(ttls) == 1 + 1 + 3 + 3 + 1 + 1 + 1
+    # checkpoints and their order, index, session keys, messages, global, model, summary
+    assert len(ttls) == 2 + 1 + 3 + 3 + 1 + 1 + 1
 
     await _shorten(raw, ttls)
     await store.record_usage(A, "s", usage={}, pressure=0.5)
@@ -680,7 +680,7 @@ async def test_redis_keys_carry_the_ttl_and_writes_refresh_it(backend: Backend) 
     await store.find_checkpoint(A, "s", hashes)
     await store.archive(A, "s", body)
     refreshed = await _refreshed(raw)
-    assert f"cp:{{s:{A}:s}}:ckpt:{hashes[1]}" in refreshed
+    assert f"cp:{{s:{A}:s}}:checkpoints" in refreshed
     bodies = {f"cp:{{m:{A}:{content_hash(m)}}}" for m in body}
     assert not bodies & refreshed  # not yet: the marker lives
     await raw.delete(marker)  # as a tenth of the TTL passing

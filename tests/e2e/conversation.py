@@ -150,7 +150,7 @@ async def _read(redis_url: str, session: str, sent: list[Message], model: str) -
         # Each checkpoint is keyed by the chain hash of the prefix it replaced, and the client
         # only ever appended, so all of them are among the last request's chain hashes.
         tag = f"cp:{{s:{tenant}:{session}}}"
-        values = await client.mget([f"{tag}:ckpt:{h}" for h in hashes])
+        values = await client.hmget(f"{tag}:checkpoints", hashes)
         return Stored(
             state=state,
             archived=await store.archived(tenant, session),

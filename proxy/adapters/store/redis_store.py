@@ -21,9 +21,15 @@ key. Redis key schema (values are JSON unless noted; `{...}` is the hash tag):
     cp:{s:<tenant>:<session>}:refreshed  "1" for a tenth of the TTL after the archive last
                                          moved its bodies' expiry (they are not walked on
                                          every request)
-    cp:{s:<tenant>:<session>}:ckpt:<prefix_hash>
-                                         a Checkpoint of the session; looking up every
-                                         chain hash of a body is one MGET
+    cp:{s:<tenant>:<session>}:checkpoints
+                                         hash: prefix hash -> a Checkpoint of the session;
+                                         the longest of a body's prefixes is found by one
+                                         script given the body's chain hashes as one
+                                         argument (a request's history is not sent as a
+                                         hundred keys)
+    cp:{s:<tenant>:<session>}:checkpoint_order
+                                         list: those prefix hashes, oldest first; past
+                                         `MAX_CHECKPOINTS` the oldest checkpoint goes
     cp:{s:<tenant>:<session>}:summary:<key>
                                          a summary prepared for the session's next
                                          compaction (`proxy.core.prepared` names the key)
@@ -44,9 +50,10 @@ key. Redis key schema (values are JSON unless noted; `{...}` is the hash tag):
 
 Keys of the schema before conversations were the unit (`cp:{t:<tenant>}:ckpt:*`, `:msg:*`,
 `:summary:*`, `:lock:*`, `:calibration:*`, `:window:*` and the sessions' `:seq`) are
-abandoned, never read: they expire with their TTL. A session archived under the old schema
-archives its messages again at its next request (its `:archive` list starts empty); its
-checkpoints and prepared summaries are made again; recall ids made before keep their hashes
+abandoned, never read: they expire with their TTL, as do a session's `:ckpt:<prefix>` keys
+of the first conversation schema. A session archived under the old schema archives its
+messages again at its next request (its `:archive` list starts empty); its checkpoints and
+prepared summaries are made again; recall ids made before keep their hashes
 but find no bodies.
 
 Several keys of different tags are written in one round trip per master (`Call.batch`: a
@@ -103,15 +110,26 @@ _REFRESH = """
 for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[1]) end
 """
 
-# KEYS: checkpoint. ARGV: ttl_ms, checkpoint JSON. Returns the existing one, or nil if stored.
+# KEYS: checkpoints, checkpoint_order. ARGV: ttl_ms, prefix hash, checkpoint JSON, how many
+# to keep. Returns the existing one, or nil if stored (and the oldest dropped past the bound).
 _PUT_CHECKPOINT = """
-local existing = redis.call('GET', KEYS[1])
-if existing then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  return existing
+local existing = redis.call('HGET', KEYS[1], ARGV[2])
+if not existing then
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  while redis.call('LLEN', KEYS[2]) > tonumber(ARGV[4]) do
+    redis.call('HDEL', KEYS[1], redis.call('LPOP', KEYS[2]))
+  end
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
-return false
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return existing or false
+"""
+
+# KEYS: checkpoints, checkpoint_order. ARGV: prefix hash. Returns 1 if there was one.
+_DROP_CHECKPOINT = """
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+return redis.call('HDEL', KEYS[1], ARGV[1])
 """
 
 # KEYS: state, history, archive. ARGV: ttl_ms, last_seen, '1' to set the model, model.
@@ -167,16 +185,19 @@ _READ_SESSION = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 
-# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, then the new list's
-# hashes. Keeps the common prefix and appends the rest, so a growing history writes only its
-# new messages (and the AOF and replicas see only those). Returns the length of the common
-# prefix, and 1 when the bodies already stored are due to have their expiry moved (at most
-# once per refresh_ms: a long history is not walked on every request).
+# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, the new list's hashes
+# joined by commas (one argument: a long history is not sent as a hundred). Keeps the common
+# prefix and appends the rest, so a growing history writes only its new messages (and the AOF
+# and replicas see only those). Returns the length of the common prefix, and 1 when the
+# bodies already stored are due to have their expiry moved (at most once per refresh_ms: a
+# long history is not walked on every request).
 _ARCHIVE_SEQUENCE = """
+local hashes = {}
+for h in string.gmatch(ARGV[3], '[^,]+') do hashes[#hashes + 1] = h end
 local old = redis.call('LRANGE', KEYS[1], 0, -1)
-local new = #ARGV - 2
+local new = #hashes
 local common = 0
-while common < new and common < #old and old[common + 1] == ARGV[common + 3] do
+while common < new and common < #old and old[common + 1] == hashes[common + 1] do
   common = common + 1
 end
 if common == 0 then
@@ -184,21 +205,25 @@ if common == 0 then
 elseif common < #old then
   redis.call('LTRIM', KEYS[1], 0, common - 1)
 end
-for i = common + 1, new do redis.call('RPUSH', KEYS[1], ARGV[i + 2]) end
+for i = common + 1, new do redis.call('RPUSH', KEYS[1], hashes[i]) end
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 local due = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[2])
 return {common, due and 1 or 0}
 """
 
-# KEYS: the checkpoint key of each prefix of the body, shortest first. ARGV: ttl_ms. The
-# checkpoint of the longest prefix there is, as {its prefix's length, its JSON}, its expiry
-# moved; nil when there is none. One checkpoint travels and is parsed, not every one the
-# conversation's compactions left (a long conversation keeps a dozen, each tens of kB).
+# KEYS: checkpoints, checkpoint_order. ARGV: ttl_ms, the chain hash of each prefix of the
+# body, shortest first, joined by commas. The checkpoint of the longest prefix there is, as
+# {its prefix's length, its JSON}, the session's checkpoints' expiry moved; nil when there
+# is none. One argument travels, not a key per message of a long history, and one
+# checkpoint comes back, not every one the conversation's compactions left.
 _FIND_CHECKPOINT = """
-for i = #KEYS, 1, -1 do
-  local found = redis.call('GET', KEYS[i])
+local hashes = {}
+for h in string.gmatch(ARGV[2], '[^,]+') do hashes[#hashes + 1] = h end
+for i = #hashes, 1, -1 do
+  local found = redis.call('HGET', KEYS[1], hashes[i])
   if found then
-    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    redis.call('PEXPIRE', KEYS[1], ARGV[1])
+    redis.call('PEXPIRE', KEYS[2], ARGV[1])
     return {i, found}
   end
 end
@@ -220,6 +245,7 @@ _SCRIPTS = (
     _READ_SESSION,
     _ARCHIVE_SEQUENCE,
     _FIND_CHECKPOINT,
+    _DROP_CHECKPOINT,
     _RELEASE,
 )
 _ALL_SESSIONS = "cp:sessions"
@@ -233,6 +259,9 @@ _FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
 # A session's place in the indexes is moved at most this often by one replica (its state's
 # `last_seen` is always exact), for at most this many sessions remembered.
 _INDEX_EVERY_S = 10.0
+# Checkpoints kept per session, the oldest dropped first: a conversation forwards over its
+# latest; older ones serve only a client that resends an older history (a retry, a fork).
+MAX_CHECKPOINTS = 16
 _INDEXED_KEPT = 100_000
 
 
@@ -262,8 +291,10 @@ def _session_keys(tenant: str, session_id: str) -> list[str]:
     return [f"{tag}:{name}" for name in names]
 
 
-def _checkpoint_key(tenant: str, session_id: str, prefix_hash: str) -> str:
-    return f"{_tag(tenant, session_id)}:ckpt:{prefix_hash}"
+def _checkpoint_keys(tenant: str, session_id: str) -> list[str]:
+    """The session's checkpoints and their order."""
+    tag = _tag(tenant, session_id)
+    return [f"{tag}:checkpoints", f"{tag}:checkpoint_order"]
 
 
 def _summary_key(tenant: str, session_id: str, key: str) -> str:
@@ -452,11 +483,12 @@ class RedisStore:
     ) -> Checkpoint | None:
         if not hashes:
             return None
-        keys = [_checkpoint_key(tenant, session_id, h) for h in hashes]
+        keys = _checkpoint_keys(tenant, session_id)
         client = self._client
         async with self._call() as call:
             longest = await call.on(
-                keys[0], lambda: self._script(_FIND_CHECKPOINT, keys, self._ttl_ms)
+                keys[0],
+                lambda: self._script(_FIND_CHECKPOINT, keys, self._ttl_ms, ",".join(hashes)),
             )
             if longest is None:
                 return None
@@ -466,33 +498,32 @@ class RedisStore:
                 return first
             # Its prefix's length is not its own (no chain hash collides in practice): the
             # longest that is right, as `find_checkpoint` tells them apart, from all of them.
-            values = await call.on(keys[0], lambda: client.mget(keys))
-            candidates = {
-                h: Checkpoint.from_json(jsoncodec.loads(value))
-                for h, value in zip(hashes, values, strict=True)
-                if value is not None
-            }
-            found = find_checkpoint(hashes, candidates)
-            if found is not None:
-                key = _checkpoint_key(tenant, session_id, found.prefix_hash)
-                await call.on(key, lambda: client.pexpire(key, self._ttl_ms))
-        return found
+            values = await call.on(keys[0], lambda: client.hmget(keys[0], list(hashes)))
+        candidates = {
+            h: Checkpoint.from_json(jsoncodec.loads(value))
+            for h, value in zip(hashes, values, strict=True)
+            if value is not None
+        }
+        return find_checkpoint(hashes, candidates)
 
     async def put_checkpoint(
         self, tenant: str, session_id: str, checkpoint: Checkpoint
     ) -> Checkpoint:
-        key = _checkpoint_key(tenant, session_id, checkpoint.prefix_hash)
+        keys = _checkpoint_keys(tenant, session_id)
         text = json.dumps(checkpoint.to_json())
+        args = (self._ttl_ms, checkpoint.prefix_hash, text, MAX_CHECKPOINTS)
         async with self._call() as call:
-            existing = await call.on(
-                key, lambda: self._script(_PUT_CHECKPOINT, [key], self._ttl_ms, text)
-            )
-        return checkpoint if existing is None else Checkpoint.from_json(json.loads(existing))
+            existing = await call.on(keys[0], lambda: self._script(_PUT_CHECKPOINT, keys, *args))
+        if existing is None:
+            return checkpoint
+        return Checkpoint.from_json(jsoncodec.loads(existing))
 
     async def drop_checkpoint(self, tenant: str, session_id: str, prefix_hash: str) -> bool:
-        key = _checkpoint_key(tenant, session_id, prefix_hash)
+        keys = _checkpoint_keys(tenant, session_id)
         async with self._call() as call:
-            deleted = await call.on(key, lambda: self._client.delete(key))
+            deleted = await call.on(
+                keys[0], lambda: self._script(_DROP_CHECKPOINT, keys, prefix_hash)
+            )
         return bool(deleted)
 
     async def begin_turn(
@@ -667,7 +698,7 @@ class RedisStore:
         hashes = content_hashes(messages, hashes)
         state, history, seq, *_rest = _session_keys(tenant, session_id)
         keys = [seq, state, history, _refreshed_key(tenant, session_id)]
-        args = (self._ttl_ms, self._refresh_ms, *hashes)
+        args = (self._ttl_ms, self._refresh_ms, ",".join(hashes))
         async with self._call() as call:
             known, due = await call.on(seq, lambda: self._script(_ARCHIVE_SEQUENCE, keys, *args))
             # The sequence first: bodies of its known part are stored already (or expired,
