@@ -5,6 +5,7 @@ provider tries one on `/v1/responses` first, and falls back to HTTPS at once on 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import AsyncIterator
 
 import httpx
@@ -12,11 +13,12 @@ import pytest
 from starlette.types import Message
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as sync_connect
 
 from proxy.mock_upstream import MockUpstream
 from proxy.settings import Settings
 from proxy.web import create_app
-from tests.servers import serve
+from tests.servers import proxy_process, serve, serve_in_thread
 
 # What Codex 0.171 sends on its handshake, besides the WebSocket's own headers.
 CODEX_HEADERS = {
@@ -108,3 +110,20 @@ async def test_without_the_denial_extension_the_websocket_is_closed_unopened(
     await app(scope, receive, send)
     assert [message["type"] for message in sent] == ["websocket.close"]
     assert 'route="responses",status="403"' in app.state.metrics.exposition()[0].decode()
+
+
+def test_the_served_proxy_refuses_with_one_info_line_and_no_error() -> None:
+    # `compaction-proxy serve` as its own process, uvicorn choosing its WebSocket protocol as
+    # deployed: the refusal is logged once, as what it is (uvicorn's false "returned without
+    # completing handshake" error is dropped: RefusedHandshakeNoise).
+    upstream = MockUpstream()
+    with serve_in_thread(upstream.app) as upstream_base, tempfile.TemporaryFile() as stderr:
+        args = ["--upstream", f"{upstream_base}/v1", "--log-level", "info"]
+        with proxy_process(args, stderr=stderr) as base, pytest.raises(InvalidStatus) as refused:
+            sync_connect(base.replace("http://", "ws://") + "/v1/responses").close()
+        assert refused.value.response.status_code == 426
+        stderr.seek(0)
+        lines = [json.loads(line) for line in stderr.read().decode().splitlines()]
+    assert [line for line in lines if line["level"] == "error"] == []
+    refusals = [line for line in lines if '"WebSocket /v1/responses" 426' in line["message"]]
+    assert [line["logger"] for line in refusals] == ["uvicorn.error"]
