@@ -3,6 +3,8 @@ echo), a well-known client's conversation id, or derived; in that order."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from proxy.core.session import (
@@ -92,3 +94,8 @@ def test_session_precedence() -> None:
 def test_an_explicit_bad_header_is_refused_even_with_a_client_id() -> None:
     with pytest.raises(InvalidRequestError):
         session_id_of("a b", ["h1"], client="codex")
+
+
+def test_the_docs_list_every_well_known_header() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "sessions.md").read_text()
+    assert all(f"`{header.name}`" in docs for header in CLIENT_SESSION_HEADERS)
