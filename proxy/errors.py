@@ -14,8 +14,9 @@ The tree, every class of it::
     │   ├── ContextLengthExceededError  400 invalid_request_error / context_length_exceeded
     │   ├── NotFoundError               404 invalid_request_error / not_found
     │   │   └── SessionNotFoundError    404 (the session API: no such session for the caller)
-    │   └── ConflictError               409 invalid_request_error / conflict
-    │       └── NothingToCompactError   409 (the session has no archived history)
+    │   ├── ConflictError               409 invalid_request_error / conflict
+    │   │   └── NothingToCompactError   409 (the session has no archived history)
+    │   └── WebSocketRefusedError       426 invalid_request_error / websocket_not_supported
     ├── AuthenticationError             401 invalid_request_error / invalid_api_key
     ├── PermissionDeniedError           403 invalid_request_error / admin_token_required
     ├── StoreDownError                  503 server_error / store_unavailable
@@ -117,6 +118,15 @@ class ConflictError(InvalidRequestError):
 
     status_code = 409
     default_code = "conflict"
+
+
+class WebSocketRefusedError(InvalidRequestError):
+    """A WebSocket to a `/v1/` path (Codex's transport for the Responses API): the proxy
+    serves HTTP only. 426 is the one refusal on which Codex falls back to HTTP at once; it
+    retries any other for about six seconds first."""
+
+    status_code = 426
+    default_code = "websocket_not_supported"
 
 
 class SessionNotFoundError(NotFoundError):

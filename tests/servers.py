@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import IO
+from typing import IO, Literal
 
 import httpx
 import uvicorn
@@ -43,18 +43,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _server(app: ASGIApp) -> uvicorn.Server:
+def _server(app: ASGIApp, ws: Literal["none", "auto"] = "none") -> uvicorn.Server:
     config = uvicorn.Config(
-        app, log_level="warning", ws="none", lifespan="on", server_header=False, date_header=False
+        app, log_level="warning", ws=ws, lifespan="on", server_header=False, date_header=False
     )
     return uvicorn.Server(config)
 
 
 @asynccontextmanager
-async def serve(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve `app` with uvicorn in this event loop; yields its base URL."""
+async def serve(app: ASGIApp, *, ws: Literal["none", "auto"] = "none") -> AsyncIterator[str]:
+    """Serve `app` with uvicorn in this event loop; yields its base URL. WebSockets only with
+    `ws="auto"`, as `compaction-proxy serve` has them; without, uvicorn hands a WebSocket
+    handshake to the app as a plain request."""
     sock = _bound_socket()
-    server = _server(app)
+    server = _server(app, ws)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

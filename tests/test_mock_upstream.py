@@ -395,6 +395,27 @@ async def test_agent_calls_tools_then_answers_each_turn(encoders: Encoders) -> N
     assert upstream.strict_rejections == 0
 
 
+async def test_agent_carries_on_from_a_summary_in_its_place_not_from_its_answer(
+    encoders: Encoders,
+) -> None:
+    # Codex compacting mid-turn sends its history ending with the compaction item, which the
+    # proxy expands into an assistant message holding its block: the model resumes the task.
+    script = AgentScript(calls=(("ls", "{}"),), rounds_per_turn=2, answer="All done.")
+    upstream = MockUpstream(agent=script, encoders=encoders)
+    summary = assistant("What was done so far: the listing.")
+    async with running(upstream) as http:
+
+        async def after(*messages: Message) -> Any:
+            reply = await http.post("/chat/completions", json=chat(*messages, tools=[READ_FILE]))
+            return reply.json()["choices"][0]["message"]
+
+        resumed = await after(user("go"), summary)
+        finished = await after(user("go"), assistant("All done."))
+        called = await after(user("go"), assistant_calls("c1"))
+    assert [call["function"]["name"] for call in resumed["tool_calls"]] == ["ls"]
+    assert finished["content"] == called["content"] == "All done."
+
+
 async def test_agent_answers_without_tools_on_offer(encoders: Encoders) -> None:
     upstream = MockUpstream(agent=AgentScript(calls=(("ls", "{}"),)), encoders=encoders)
     async with running(upstream) as http:

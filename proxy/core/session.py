@@ -13,10 +13,16 @@ no longer extends the one it compacted (an edit, a rewind, a branch).
 - A `Checkpoint` says: the body prefix `h_k` (k messages) is replaced by the frozen messages
   R. A request whose body has `h_k` among its own chain hashes is forwarded as
   `head + R + body[k:]`; the longest matching checkpoint wins; a changed prefix matches none.
-- The session id is the client's `X-Session-Id`, else `h_1`: the conversation's first body
-  message names it, so every request of one conversation finds the same session. A client's
-  id is at most `SESSION_ID_MAX_CHARS` of `[A-Za-z0-9._:-]` (UUIDs, ULIDs, nanoids, slugs and
-  `team:project:42` all fit); anything else is refused, never stored, logged or echoed.
+- The session id is the client's `X-Session-Id`; else the session of the proxy's compaction
+  item the request carries; else the conversation id a well-known client sends of its own
+  accord (`CLIENT_SESSION_HEADERS`: Codex's `thread-id`); else `h_1`: the conversation's
+  first body message names it, so every request of one conversation finds the same session.
+  A client's own id outlives its own compactions, after which its history starts with a new
+  first message (and `h_1` changes). An id is at most `SESSION_ID_MAX_CHARS` of
+  `[A-Za-z0-9._:-]` (UUIDs, ULIDs, nanoids, slugs and `team:project:42` all fit); an
+  `X-Session-Id` that is anything else is refused, never stored, logged or echoed; a
+  client's own header that is anything else is not used (the client did not address it to
+  the proxy: its request must not fail for it).
 - The tenant is a hash of the credential the request is made with, or of the tenant name its
   key has in `auth.keys`; it namespaces everything stored, and is never the credential.
 """
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -80,14 +86,62 @@ def tenant_of_name(name: str) -> str:
     return digest.hexdigest()
 
 
-def session_id_of(header: str | None, hashes: Sequence[str]) -> str | None:
-    """The client's session id, else the one derived from the first body message.
+@dataclass(frozen=True, slots=True)
+class ClientHeader:
+    """A header in which a well-known client names its conversation of its own accord."""
+
+    name: str
+    """Lower case, as the header lists compare."""
+    client: str
+    """Who sends it, and what it names (for the reader: the docs list the same)."""
+
+
+CLIENT_SESSION_HEADERS: Final = (
+    # Codex 0.171 sends `thread-id` and `session-id` on every Responses API request (its
+    # WebSocket handshake too), both its thread's UUID for the main agent. The thread is the
+    # conversation: it keeps its id through Codex's own compactions, which number its
+    # context windows instead (`x-codex-window-id: <thread>:<n>`). `thread-id` comes first,
+    # as the narrower of the two.
+    ClientHeader("thread-id", "Codex: its thread, one conversation"),
+    ClientHeader("session-id", "Codex: its session (the main thread's id)"),
+    # Earlier Codex versions sent these two, both the conversation's id.
+    ClientHeader("conversation_id", "Codex before thread ids"),
+    ClientHeader("session_id", "Codex before thread ids"),
+)
+"""Well-known clients' own conversation ids, the first one present and valid winning."""
+
+
+def client_session_id(headers: Iterable[tuple[str, str]]) -> str | None:
+    """The conversation id a well-known client sent of its own accord
+    (`CLIENT_SESSION_HEADERS`, first found first), if it is a valid session id."""
+    values: dict[str, str] = {}
+    for name, value in headers:
+        values.setdefault(name.lower(), value)
+    for header in CLIENT_SESSION_HEADERS:
+        found = values.get(header.name)
+        if found is not None and _SESSION_ID.fullmatch(found) is not None:
+            return found
+    return None
+
+
+def session_id_of(
+    header: str | None,
+    hashes: Sequence[str],
+    *,
+    item: str | None = None,
+    client: str | None = None,
+) -> str | None:
+    """The session a request belongs to: the client's `X-Session-Id` (`header`); else the
+    session of the proxy's compaction `item` it carries, where the item's block was made and
+    its recall ids resolve (a client's fork of a conversation included); else the id a
+    well-known `client` sent of its own accord (`client_session_id`); else the one derived
+    from the first body message.
 
     Raises `InvalidRequestError` for a header that `checked_session_id` refuses.
     """
     if header:
         return checked_session_id(header, param="X-Session-Id")
-    return hashes[0] if hashes else None
+    return item or client or (hashes[0] if hashes else None)
 
 
 def checked_session_id(session_id: str, *, param: str) -> str:

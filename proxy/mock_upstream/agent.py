@@ -8,6 +8,12 @@ The decision reads the request, as a model would: the rounds already made this t
 assistant messages with tool calls after the last user message. Which call comes next is the
 mock's own state (the scripted calls in order, across turns), so a proxy that compacts the
 history cannot make the agent repeat itself, and the same requests give the same calls.
+
+The agent carries on from the user's message, a tool's result, or a summary in the model's
+place: a client that compacts mid-turn with the Responses API's own compaction (Codex) sends
+its history ending with the compaction item, which reaches the model as an assistant message
+(the proxy's block) or as nothing it reads (the provider's own item); a model resumes the
+task from there. It stops at its own answer.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.messages import role, tool_calls
+from proxy.core.messages import role, text, tool_calls
 from proxy.core.summary import offered_tools
 from proxy.mock_upstream.script import Reply, ToolCall
 
@@ -70,9 +76,20 @@ class Agent:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not offered_tools(body):
             return 0
-        if not isinstance(messages[-1], dict) or role(messages[-1]) not in ("user", "tool"):
+        if not self._carries_on(messages[-1]):
             return 0
         return self.script.rounds_per_turn - _rounds_this_turn(messages)
+
+    def _carries_on(self, last: object) -> bool:
+        """Whether the model goes on from `last`: the user's message, a tool's result, or an
+        assistant message that is neither its calls nor one of its answers (a compaction's
+        summary); not from its own answer."""
+        if not isinstance(last, dict):
+            return False
+        if role(last) in ("user", "tool"):
+            return True
+        answers = (self.script.answer, *self.script.answers)
+        return role(last) == "assistant" and not tool_calls(last) and text(last) not in answers
 
     def _next_answer(self) -> str:
         answers = self.script.answers

@@ -78,6 +78,23 @@ def _text(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+class RefusedHandshakeNoise(logging.Filter):
+    """Drops uvicorn's false error after a WebSocket refused with a response of the app's.
+
+    The proxy refuses every WebSocket with a 426 (`proxy.web.routes`) through ASGI's denial
+    response. uvicorn's `websockets-sansio` protocol (what `ws="auto"` picks) sends it, then
+    logs "ASGI callable returned without completing handshake." at ERROR on every refusal,
+    as if the app had not answered (Kludex/uvicorn#3138, open); its own info line
+    (`"WebSocket /v1/responses" 426`) says what happened. The proxy accepts no WebSocket,
+    so in it that message is never a real one.
+    """
+
+    MESSAGE = "ASGI callable returned without completing handshake."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.MESSAGE
+
+
 def configure_logging(level: str, log_format: LogFormat) -> None:
     """Send every logger's records (uvicorn's too) to stderr in `log_format`, at `level`."""
     handler = logging.StreamHandler()
@@ -85,3 +102,6 @@ def configure_logging(level: str, log_format: LogFormat) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    uvicorn = logging.getLogger("uvicorn.error")
+    if not any(isinstance(each, RefusedHandshakeNoise) for each in uvicorn.filters):
+        uvicorn.addFilter(RefusedHandshakeNoise())

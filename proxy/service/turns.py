@@ -30,6 +30,7 @@ from proxy.core.session import (
     Checkpoint,
     SessionState,
     chain_hashes,
+    client_session_id,
     known_notes,
     session_id_of,
     split_head,
@@ -229,11 +230,12 @@ class Turns:
         digests = Digests()
         hashes = chain_hashes(body, digests.of)
         credentials = credentials_of(incoming)
-        session = session_id_of(session_header, hashes)
-        if not session_header and request.session is not None:
-            # The session of the proxy's compaction item the request carries: where the
-            # block's recall ids resolve, whatever the client's history now starts with.
-            session = request.session
+        session = session_id_of(
+            session_header,
+            hashes,
+            item=request.session,
+            client=client_session_id(incoming.headers),
+        )
         model = request.model
         policy = self._policies.for_model(model)
         counter = self.counter(model).for_request(digests)

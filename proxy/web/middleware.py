@@ -3,7 +3,8 @@
 `PathGuard` normalizes each request's path (`proxy.core.paths.routed`) before anything
 routes it, so `/v1/./chat/completions` is the chat route and `/v1/../admin` no `/v1` route.
 `RequestCounter` counts every HTTP request by route and status code
-(`compaction_proxy_requests_total`), under the normalized path.
+(`compaction_proxy_requests_total`), under the normalized path; and every WebSocket
+handshake, refused (`proxy.web.routes`) with the status it was answered.
 
 Both are plain ASGI middleware, not Starlette's `BaseHTTPMiddleware`: they only look at the
 scope and watch the response's start message go by, so streams pass through untouched and
@@ -47,23 +48,32 @@ def route_of(path: str) -> str:
     return next((name for prefix, name in ROUTE_PREFIXES if path.startswith(prefix)), "other")
 
 
+# The start of a response, for an HTTP request and for a WebSocket handshake refused.
+_STARTS = frozenset({"http.response.start", "websocket.http.response.start"})
+# The proxy accepts no WebSocket: one closed was refused before it opened, which the server
+# answers with a 403.
+_CLOSED_UNOPENED = 403
+
+
 class RequestCounter:
-    """Counts each HTTP request in `metrics` once it is over."""
+    """Counts each HTTP request and WebSocket handshake in `metrics` once it is over."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self._app = app
         self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self._app(scope, receive, send)
             return
         status = _UNANSWERED
 
         async def watched(message: Message) -> None:
             nonlocal status
-            if message["type"] == "http.response.start":
+            if message["type"] in _STARTS:
                 status = message["status"]
+            elif message["type"] == "websocket.close":
+                status = _CLOSED_UNOPENED
             await send(message)
 
         try:

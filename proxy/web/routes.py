@@ -1,7 +1,14 @@
 """Routes: translate HTTP into service calls and `Reply` values back into HTTP.
 
-No decisions live here beyond HTTP itself: reading the body within its size limit, and
-relaying a reply whole or as a stream.
+No decisions live here beyond HTTP itself: reading the body within its size limit, relaying
+a reply whole or as a stream, and refusing a WebSocket.
+
+The proxy serves HTTP only. Codex's built-in OpenAI provider opens a WebSocket on
+`/v1/responses` first, and falls back to HTTPS at once on a 426 to its handshake only: any
+other refusal (the server's default 403, a 404) it retries five times, for about six seconds,
+on the first turn of every run. So a WebSocket to any `/v1/` path is answered 426 with the
+OpenAI error body, whether the server hands it over as a WebSocket or, having no WebSocket
+support, as a plain request carrying `Upgrade: websocket`.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from proxy.core.paths import confine
 from proxy.errors import (
@@ -24,6 +32,7 @@ from proxy.errors import (
     ProxyError,
     RequestTooLargeError,
     UpstreamError,
+    WebSocketRefusedError,
 )
 from proxy.observability.metrics import Metrics
 from proxy.service import Incoming, ProxyService, Reply
@@ -62,8 +71,27 @@ async def _compacted(
 
 
 async def passthrough(request: Request) -> Response:
+    if request.headers.get("upgrade", "").lower() == "websocket":
+        raise _websocket_refused()
     reply = await _service(request).passthrough(_incoming(request), _body_stream(request))
     return _respond(reply)
+
+
+async def websocket_refused(websocket: WebSocket) -> None:
+    """A WebSocket below `/v1/`: refused before it opens, with the 426 of
+    `WebSocketRefusedError`; on a server without ASGI's denial response, with its 403."""
+    if "websocket.http.response" not in websocket.scope.get("extensions", {}):
+        await websocket.close()
+        return
+    error = _websocket_refused()
+    await websocket.send_denial_response(JSONResponse(error.to_body(), error.status_code))
+
+
+def _websocket_refused() -> WebSocketRefusedError:
+    return WebSocketRefusedError(
+        "This proxy serves the OpenAI API over HTTP only, not over WebSocket: send "
+        "POST /v1/responses (Codex does so at once after this answer)."
+    )
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -106,6 +134,7 @@ COMPACT_ROUTE = Route("/v1/responses/compact", responses_compact, methods=["POST
 `responses.compaction` says."""
 ROUTES: list[BaseRoute] = [
     Route("/v1/{path:path}", passthrough, methods=_ALL_METHODS),
+    WebSocketRoute("/v1/{path:path}", websocket_refused),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),

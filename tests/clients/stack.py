@@ -48,10 +48,11 @@ class Stack:
 
 
 @contextmanager
-def running_stack(folder: Path, script: AgentScript) -> Iterator[Stack]:
-    """The mock playing `script`, a private Redis (when installed) and the proxy process."""
+def running_stack(folder: Path, script: AgentScript, *, window: int = WINDOW) -> Iterator[Stack]:
+    """The mock playing `script` in a `window` of tokens, a private Redis (when installed)
+    and the proxy process, which is given the same window."""
     upstream = MockUpstream(
-        window=WINDOW,
+        window=window,
         strict=True,
         agent=script,
         # Loaded now: otherwise the first request waits about a second for it.
@@ -74,7 +75,7 @@ def running_stack(folder: Path, script: AgentScript) -> Iterator[Stack]:
             store = "redis"
         # The window is given, not detected from the mock's /v1/models: these tests are about
         # the clients, and must not depend on how the proxy learns a window.
-        env = {"COMPACTION_PROXY_CONTEXT__CONTEXT_WINDOW": str(WINDOW)}
+        env = {"COMPACTION_PROXY_CONTEXT__CONTEXT_WINDOW": str(window)}
         proxy_url = stack.enter_context(proxy_process(args, env=env))
         yield Stack(proxy_url, upstream, store)
 

@@ -19,7 +19,7 @@ from asgi_lifespan import LifespanManager
 
 from proxy.errors import ConfigError
 from proxy.mock_upstream import MockUpstream, Reply
-from proxy.observability.logs import JsonFormatter, TextFormatter
+from proxy.observability.logs import JsonFormatter, RefusedHandshakeNoise, TextFormatter
 from proxy.service.access import CONTENT_CHARS
 from proxy.settings import Settings, load_settings
 from proxy.web import create_app
@@ -222,3 +222,14 @@ def test_log_format_must_be_json_or_text() -> None:
     assert load_settings(overrides={"log": {"format": "text"}}, environ={}).log.format == "text"
     with pytest.raises(ConfigError, match=r"log\.format"):
         load_settings(overrides={"log": {"format": "xml"}}, environ={})
+
+
+def test_uvicorn_false_error_after_a_refused_websocket_is_dropped_alone() -> None:
+    noise = RefusedHandshakeNoise()
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.makeLogRecord({"name": "uvicorn.error", "msg": message})
+
+    assert not noise.filter(record("ASGI callable returned without completing handshake."))
+    assert noise.filter(record('127.0.0.1:5 - "WebSocket /v1/responses" 426'))
+    assert noise.filter(record("Exception in ASGI application\n"))

@@ -349,6 +349,17 @@ async def test_an_item_names_its_session_to_a_client_that_names_none(proxy: Runn
     assert header(reply, "x-session-id") == "agent-7"
 
 
+async def test_an_item_names_its_session_before_the_client_own_id(proxy: Running) -> None:
+    # A Codex fork: a new thread whose history holds an item made under the old one, whose
+    # block's recall ids resolve in the session the item names.
+    _, answer = await compacted(proxy, history(), session="agent-7")
+    fork = (("thread-id", "forked-thread"),)
+    items = [*answer["output"], user("Go.")]
+    reply = await proxy.ask(body(items), path="responses", session=None, headers=fork)
+    await read(reply)
+    assert header(reply, "x-session-id") == "agent-7"
+
+
 async def test_an_item_expands_even_where_nothing_is_compacted(proxy: Running) -> None:
     _, answer = await compacted(proxy, history())
     off = (("x-compaction", "off"),)

@@ -142,6 +142,30 @@ async def test_without_a_header_the_session_is_derived_from_the_conversation(
     assert one.session == two.session  # the same first message: the same conversation
 
 
+async def test_codex_thread_id_keeps_the_session_when_its_history_starts_anew(
+    setup: Setup,
+) -> None:
+    """After Codex compacts on its own, its history opens with a new first message: the
+    derived session would change, the thread it names in `thread-id` does not."""
+    thread = ("thread-id", "01a21a0b-0b15-7002-ab9a-83b2d5f1027c")
+    caller = incoming(("authorization", "Bearer k"), ("session-id", "root"), thread)
+    before = await setup.turns.begin(caller, request_of(CONVERSATION))
+    compacted = [system(), user("summary of what was done"), user("and now?")]
+    after = await setup.turns.begin(caller, request_of(compacted))
+    assert before.session == after.session == thread[1]
+    assert after.state.turns == 2
+    derived = await setup.turns.begin(
+        incoming(("authorization", "Bearer k")), request_of(compacted)
+    )
+    assert derived.session != thread[1]
+
+
+async def test_x_session_id_beats_the_client_own_id(setup: Setup) -> None:
+    caller = incoming(("thread-id", "codex-thread"), ("x-session-id", "chosen"))
+    turn = await setup.turns.begin(caller, request_of(CONVERSATION))
+    assert turn.session == "chosen"
+
+
 # --- the window ------------------------------------------------------------------------------
 
 
