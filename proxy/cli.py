@@ -198,7 +198,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         )
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="compaction-proxy-")
     uvicorn.run(
-        "proxy.web.workers:worker_app" if workers > 1 else create_app(settings),
+        "proxy.web.workers:worker_app" if workers > 1 else create_app(settings, freeze_heap=True),
         factory=workers > 1,
         workers=workers if workers > 1 else None,
         host=settings.server.host,

@@ -31,4 +31,4 @@ def worker_app() -> FastAPI:
     config = Path(given["config"]) if given["config"] else None
     settings = load_settings(config, given["overrides"])
     configure_logging(settings.log.level, settings.log.format)
-    return create_app(settings)
+    return create_app(settings, freeze_heap=True)
