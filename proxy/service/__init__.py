@@ -22,7 +22,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.adapters.store import Store, StoreUnavailableError
+from proxy.adapters.store import EndedTurn, Store, StoreUnavailableError
 from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
@@ -230,14 +230,13 @@ class ProxyService:
             raise _cannot_fit(turn, outcome)
 
     async def _refused(self, turn: Turn, outcome: Outcome) -> None:
-        await self._archive(turn)
         # What it carried, and nothing forwarded.
         point = replace(
             reports.turn_point(turn, outcome, outcome.sent), action="refused", tokens_after=0
         )
-        await self.memory.record_turn(
-            turn.tenant, turn.session, point, reports.context_numbers(turn, outcome).to_json(), None
-        )
+        context = reports.context_numbers(turn, outcome).to_json()
+        ended = EndedTurn(point, context, None, turn.request.messages, self._archived_hashes(turn))
+        await self.memory.end_turn(turn.tenant, turn.session, ended)
 
     def _answered(self, turn: Turn, answer: Answer) -> Reply:
         """The answer with its compaction headers; what the turn leaves behind (the archive,
@@ -284,13 +283,18 @@ class ProxyService:
         return reply.with_headers([("x-compaction-applied", "server_state")])
 
     async def _after(self, turn: Turn, outcome: Outcome, recalls: int = 0) -> None:
-        await self._archive(turn)
-        await self.memory.record_turn(
+        # One write for the turn's record, its archive and the usage its answer reported.
+        await self.memory.end_turn(
             turn.tenant,
             turn.session,
-            reports.turn_point(turn, outcome, outcome.sent, recalls),
-            reports.context_numbers(turn, outcome).to_json(),
-            self._shapes.changed(turn),
+            EndedTurn(
+                reports.turn_point(turn, outcome, outcome.sent, recalls),
+                reports.context_numbers(turn, outcome).to_json(),
+                self._shapes.changed(turn),
+                turn.request.messages,
+                self._archived_hashes(turn),
+                turn.answered.usage,
+            ),
         )
         if self._compactor.has_turn_end_hooks:
             await self._compactor.after_answer(turn, outcome)
@@ -340,8 +344,12 @@ class ProxyService:
         # After the answer has gone out: the archive is for the operator, not for this
         # answer, and the embedded store's work would otherwise run while we wait for it.
         messages = turn.request.messages
-        hashes = [turn.digests.of(message).hex() for message in messages]
-        await self.memory.archive(turn.tenant, turn.session, messages, hashes)
+        await self.memory.archive(turn.tenant, turn.session, messages, self._archived_hashes(turn))
+
+    @staticmethod
+    def _archived_hashes(turn: Turn) -> list[str]:
+        """The archive's key of each message of the request: its digest, made once."""
+        return [turn.digests.of(message).hex() for message in turn.request.messages]
 
     def counter_for(self, model: str | None) -> TokenCounter:
         """The token counter requests for `model` are counted with."""

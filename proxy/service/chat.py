@@ -251,7 +251,7 @@ class ChatForwarder:
         if turn.request.stream:
 
             def record(usage: Mapping[str, Any] | None) -> None:
-                self._spawn(self._record_usage(turn, outcome, sent.estimate, usage))
+                self._reported(turn, sent.estimate, usage)
 
             relay = run.streamed(
                 body,
@@ -266,7 +266,7 @@ class ChatForwarder:
         finally:
             sent.response.close()
         raw, usage = await run.answered(body, raw)
-        self._spawn(self._record_usage(turn, outcome, sent.estimate, usage))
+        self._reported(turn, sent.estimate, usage)
         return Answer(Reply(sent.response.status, headers, raw), outcome, run.tally)
 
     async def _success(self, turn: Turn, outcome: Outcome, sent: _Sent, watch: Stopwatch) -> Reply:
@@ -276,7 +276,7 @@ class ChatForwarder:
                 raw = await watch.body(sent.response.read())
             finally:
                 sent.response.close()
-            self._spawn(self._record_usage(turn, outcome, sent.estimate, _usage_of(raw)))
+            self._reported(turn, sent.estimate, _usage_of(raw))
             return Reply(sent.response.status, headers, raw)
         relay = self._relay(turn, outcome, sent)
         return Reply(sent.response.status, headers, relay, sent.response.close)
@@ -293,23 +293,25 @@ class ChatForwarder:
         rest = tap.flush()
         if rest:
             yield rest
-        self._spawn(self._record_usage(turn, outcome, sent.estimate, tap.usage))
+        self._reported(turn, sent.estimate, tap.usage)
 
-    async def _record_usage(
-        self, turn: Turn, outcome: Outcome, estimate: int, usage: Mapping[str, Any] | None
-    ) -> None:
+    def _reported(self, turn: Turn, estimate: int, usage: Mapping[str, Any] | None) -> None:
+        """Keep the usage the answer reported for the turn's end (written with its record,
+        `ProxyService._after`, which runs after this), and calibrate the counter by it."""
         if usage is None:
             return
+        turn.answered.usage = dict(usage)
         # Chat's `prompt_tokens`; the Responses API's `input_tokens`.
         reported = usage.get("prompt_tokens", usage.get("input_tokens"))
         if isinstance(reported, int):
-            current = await self._memory.calibration(turn.tenant, turn.model)
-            factor = updated_calibration(current, estimated=estimate, reported=reported)
-            # Small drifts are not worth a write on every response.
-            if factor is not None and (current is None or abs(factor - current) > 0.002):
-                await self._memory.set_calibration(turn.tenant, turn.model, factor)
-        pressure = turn.budget.pressure(outcome.tokens_after)
-        await self._memory.record_usage(turn.tenant, turn.session, dict(usage), pressure)
+            self._spawn(self._calibrate(turn, estimate, reported))
+
+    async def _calibrate(self, turn: Turn, estimate: int, reported: int) -> None:
+        current = await self._memory.calibration(turn.tenant, turn.model)
+        factor = updated_calibration(current, estimated=estimate, reported=reported)
+        # Small drifts are not worth a write on every response.
+        if factor is not None and (current is None or abs(factor - current) > 0.002):
+            await self._memory.set_calibration(turn.tenant, turn.model, factor)
 
 
 async def _opening(response: UpstreamResponse, request: ChatRequest) -> tuple[bytes, bytes | None]:

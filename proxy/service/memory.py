@@ -28,7 +28,14 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from proxy.adapters.store import WHOLE, SessionNotIndexedError, Store, StoreUnavailableError
+from proxy.adapters.store import (
+    WHOLE,
+    EndedTurn,
+    OpenedTurn,
+    SessionNotIndexedError,
+    Store,
+    StoreUnavailableError,
+)
 from proxy.core.messages import Message
 from proxy.core.session import Checkpoint, CompactionRecord, SessionState, TurnPoint
 from proxy.observability.metrics import Metrics
@@ -198,6 +205,27 @@ class Memory:
             return exc.state  # the turn counted: only its place in the session list is lost
         except StoreUnavailableError:
             return SessionState()
+
+    async def open_turn(
+        self, tenant: str, session: str | None, model: str | None, at: float, hashes: Sequence[str]
+    ) -> OpenedTurn:
+        """`begin_turn` and `find_checkpoint` at once (one round trip to Redis)."""
+        if session is None:
+            return OpenedTurn(SessionState(), None)
+        call = self.store.open_turn(tenant, session, model=model, at=at, hashes=hashes)
+        try:
+            return await self._must(call, write=True)
+        except SessionNotIndexedError as exc:
+            # The turn counted and its checkpoint was read: only its place in the session
+            # list is lost.
+            return OpenedTurn(exc.state, exc.checkpoint)
+        except StoreUnavailableError:
+            return OpenedTurn(SessionState(), None)
+
+    async def end_turn(self, tenant: str, session: str | None, ended: EndedTurn) -> None:
+        """`record_turn`, `archive` and `record_usage` at once (`Store.end_turn`)."""
+        if session is not None:
+            await self._try(self.store.end_turn(tenant, session, ended), None, write=True)
 
     async def session(self, tenant: str, session: str | None) -> SessionState | None:
         if session is None:

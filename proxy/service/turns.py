@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -54,6 +54,14 @@ _T = TypeVar("_T")
 _CREDENTIAL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
 
 
+@dataclass(slots=True)
+class Answered:
+    """What the provider's answer to a turn reported, kept for the turn's end: its usage is
+    written with the turn's record, in one call, not in a call of its own."""
+
+    usage: Mapping[str, Any] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One chat completion request and the state of its conversation, as read before any
@@ -82,6 +90,8 @@ class Turn:
     mentions: Mentions = field(default_factory=Mentions)
     """What each message mentions (its names, its facts), found once per message: a cache,
     like `counter`, held for the life of the process."""
+    answered: Answered = field(default_factory=lambda: Answered())
+    """What the answer told, once it has been read: filled by the forwarder."""
 
     @property
     def model(self) -> str | None:
@@ -240,11 +250,7 @@ class Turns:
         policy = self._policies.for_model(model)
         counter = self.counter(model).for_request(digests)
         await count_off_loop(counter, request)
-        # Side by side: with Redis, one round trip's wait instead of two.
-        checkpoint, state = await asyncio.gather(
-            self._memory.find_checkpoint(tenant, session, hashes),
-            self._state(tenant, session, model, count=count),
-        )
+        state, checkpoint = await self._opened(tenant, session, model, hashes, count=count)
         window = await self.window(model, credentials, tenant)
         calibration = await self._memory.calibration(tenant, model) or 1.0
         budget = request_budget(
@@ -272,12 +278,25 @@ class Turns:
             mentions=self._mentions.for_request(digests),
         )
 
-    async def _state(
-        self, tenant: str, session: str | None, model: str | None, *, count: bool
-    ) -> SessionState:
+    async def _opened(
+        self,
+        tenant: str,
+        session: str | None,
+        model: str | None,
+        hashes: Sequence[str],
+        *,
+        count: bool,
+    ) -> tuple[SessionState, Checkpoint | None]:
+        """The session's state (after counting the turn when `count`) and its checkpoint
+        of the longest prefix of the body: with Redis, one round trip."""
         if count:
-            return await self._memory.begin_turn(tenant, session, model, time.time())
-        return await self._memory.session(tenant, session) or SessionState()
+            opened = await self._memory.open_turn(tenant, session, model, time.time(), hashes)
+            return opened.state, opened.checkpoint
+        checkpoint, state = await asyncio.gather(
+            self._memory.find_checkpoint(tenant, session, hashes),
+            self._memory.session(tenant, session),
+        )
+        return state or SessionState(), checkpoint
 
     @property
     def policies(self) -> ModelPolicies:

@@ -106,18 +106,9 @@ def create_app(
             ),
             metrics=metrics,
         )
-        app.state.service = service
-        app.state.max_body_bytes = settings.server.max_body_bytes
-        app.state.settings = settings
-        app.state.admin_token = _secret(settings.admin.token)
+        _attach(app, service, settings)
         if freeze_heap:
-            # Its oldest generation holds everything imported and built by now, about 120,000
-            # objects that live as long as the process; every full collection walked them
-            # all, a 50-60 ms pause of the event loop that every request in flight waited
-            # out (the 8-agent bench's p99). Frozen, they are never walked again, and a
-            # full collection scans only what requests made since: about 1 ms.
-            gc.collect()
-            gc.freeze()
+            _freeze_heap()
         try:
             yield
         finally:
@@ -188,6 +179,27 @@ def _compaction_key(settings: Settings) -> bytes | None:
         "compacted histories usable across restarts"
     )
     return secrets.token_bytes(MIN_KEY_BYTES)
+
+
+def _attach(app: FastAPI, service: ProxyService, settings: Settings) -> None:
+    """What the routes read from the app's state."""
+    app.state.service = service
+    app.state.max_body_bytes = settings.server.max_body_bytes
+    app.state.settings = settings
+    app.state.admin_token = _secret(settings.admin.token)
+
+
+def _freeze_heap() -> None:
+    """Move every object alive out of the garbage collector's sight.
+
+    Its oldest generation holds everything imported and built by startup, about 120,000
+    objects that live as long as the process; every full collection walked them all, a 50-60
+    ms pause of the event loop that every request in flight waited out (the 8-agent bench's
+    p99). Frozen, they are never walked again, and a full collection scans only what requests
+    made since: about 1 ms.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _warn_if_one_tenant(settings: Settings) -> None:

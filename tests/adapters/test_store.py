@@ -23,7 +23,9 @@ import redis.asyncio as aioredis
 from proxy.adapters.store import (
     HISTORY_LIMIT,
     TIMELINE_LIMIT,
+    EndedTurn,
     MemoryStore,
+    OpenedTurn,
     RedisStore,
     Store,
     StoreUnavailableError,
@@ -33,6 +35,7 @@ from proxy.core.messages import Message
 from proxy.core.session import (
     Checkpoint,
     CompactionRecord,
+    SessionState,
     TurnPoint,
     chain_hashes,
     content_hash,
@@ -398,6 +401,70 @@ async def test_begin_turn_sets_model_and_last_seen(backend: Backend) -> None:
     second = await store.begin_turn(A, "s", model=None, at=11.25)
     assert (second.turns, second.model, second.last_seen) == (2, "gpt-4o", 11.25)
     assert await store.load_session(A, "s") == second
+
+
+async def test_open_turn_is_begin_turn_and_find_checkpoint_at_once(backend: Backend) -> None:
+    store = backend.store
+    body = conversation(6)
+    hashes = chain_hashes(body)
+    empty = await store.open_turn(A, "s", model="gpt-4o", at=10.5, hashes=hashes)
+    assert empty == OpenedTurn(await store.load_session(A, "s") or SessionState(), None)
+    assert (empty.state.turns, empty.state.model, empty.state.last_seen) == (1, "gpt-4o", 10.5)
+    short = await store.put_checkpoint(A, "s", checkpoint(hashes, 2, "short"))
+    long = await store.put_checkpoint(A, "s", checkpoint(hashes, 4, "long"))
+    found = await store.open_turn(A, "s", model=None, at=11.0, hashes=hashes)
+    assert (found.state.turns, found.state.model, found.checkpoint) == (2, "gpt-4o", long)
+    assert (
+        await store.open_turn(A, "s", model="m", at=12.0, hashes=hashes[:3])
+    ).checkpoint == short
+    # No body, no checkpoint; another session of the tenant finds none of this one's.
+    assert (await store.open_turn(A, "s", model="m", at=13.0, hashes=[])).checkpoint is None
+    other = await store.open_turn(A, "t", model="m", at=14.0, hashes=hashes)
+    assert (other.state.turns, other.checkpoint) == (1, None)
+    assert [row[:2] for row in await store.list_sessions(A)] == [(A, "t"), (A, "s")]
+
+
+async def test_open_turn_passes_over_a_checkpoint_under_a_prefix_not_its_own(
+    backend: Backend,
+) -> None:
+    hashes = chain_hashes(conversation(6))
+    short = await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2))
+    await backend.store.put_checkpoint(
+        A, "s", replace(checkpoint(hashes, 3), prefix_hash=hashes[4])
+    )
+    opened = await backend.store.open_turn(A, "s", model="m", at=1.0, hashes=hashes)
+    assert opened.checkpoint == short
+
+
+async def test_end_turn_is_record_turn_archive_and_usage_at_once(backend: Backend) -> None:
+    store = backend.store
+    await store.begin_turn(A, "s", model="m", at=1.0)
+    usage = {"prompt_tokens": 1200, "prompt_tokens_details": {"cached_tokens": 1024}}
+    tools = {"model": "m", "tools": [{"type": "function", "function": {"name": "grep"}}]}
+    first = conversation(3)
+    await store.end_turn(A, "s", EndedTurn(point(1, 900, 900), {"tokens": 900}, tools, first))
+    state = await store.load_session(A, "s")
+    assert state is not None
+    assert (state.tokens_sent, state.last_usage, state.last_context) == (900, None, {"tokens": 900})
+    grown = [*first, *conversation(2, topic="more")]
+    hashes = [content_hash(message) for message in grown]
+    ended = EndedTurn(point(2, 1500, 600), {"tokens": 600}, None, grown, hashes, usage)
+    await store.end_turn(A, "s", ended)
+    state = await store.load_session(A, "s")
+    assert state is not None
+    assert (state.tokens_sent, state.tokens_forwarded) == (2400, 1500)
+    assert (state.last_usage, state.last_pressure, state.last_context) == (
+        usage,
+        0.2,
+        {"tokens": 600},
+    )
+    assert await store.timeline(A, "s") == [point(1, 900, 900), point(2, 1500, 600)]
+    assert await store.last_request(A, "s") == tools
+    assert await store.archived(A, "s") == grown
+    # Nothing to archive: the archive stays as it was.
+    await store.end_turn(A, "s", EndedTurn(point(3), {}))
+    assert await store.archived(A, "s") == grown
+    assert len(await store.timeline(A, "s")) == 3
 
 
 async def test_load_session_unknown_is_none(backend: Backend) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.adapters.store import MemoryStore, StoreUnavailableError, open_store
+from proxy.adapters.store import EndedTurn, MemoryStore, StoreUnavailableError, open_store
 from proxy.core.messages import Message
-from proxy.core.session import content_hash
+from proxy.core.session import TurnPoint, content_hash
 from proxy.settings import RedisMode, RedisSettings
 
 # The six `*_fixture`s are pytest's to find here (see tests/adapters/backends.py).
@@ -189,6 +189,12 @@ async def test_redis_recall_keys_carry_the_ttl_and_writes_restart_it(backend: Ba
     assert await raw.pttl(key) > 5000
     await raw.pexpire(key, 5000)
     await store.begin_turn(A, "s", model="m", at=time.time())  # the session's writes too
+    assert await raw.pttl(key) > 5000
+    await raw.pexpire(key, 5000)
+    await store.open_turn(A, "s", model="m", at=time.time(), hashes=HASHES)
+    assert await raw.pttl(key) > 5000
+    await raw.pexpire(key, 5000)
+    await store.end_turn(A, "s", EndedTurn(TurnPoint(1, 1.0, 0.2, 10, 10, "none"), {}))
     assert await raw.pttl(key) > 5000
 
 

@@ -4,6 +4,7 @@ helpers both stores share."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.core.messages import Message
@@ -46,10 +47,42 @@ class SessionNotIndexedError(StoreUnavailableError):
     one write lost, the turn's state good."""
 
     def __init__(
-        self, message: str, *, scope: str, state: SessionState, fenced: bool = False
+        self,
+        message: str,
+        *,
+        scope: str,
+        state: SessionState,
+        checkpoint: Checkpoint | None = None,
+        fenced: bool = False,
     ) -> None:
         super().__init__(message, scope=scope, fenced=fenced)
         self.state = state
+        self.checkpoint = checkpoint
+        """The checkpoint `open_turn` found with the turn, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndedTurn:
+    """What an answered request leaves in its session (`Sessions.end_turn`): its point on
+    the timeline, its context report and body without messages (`record_turn`), its
+    messages to archive (`archive`, none: archive nothing) and the usage the provider
+    reported (`record_usage` at the point's pressure; None: not reported)."""
+
+    point: TurnPoint
+    context: Mapping[str, Any]
+    request: Mapping[str, Any] | None = None
+    messages: Sequence[Message] = ()
+    hashes: Sequence[str] | None = None
+    usage: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedTurn:
+    """What a request's turn starts from: its session's state after counting it, and the
+    stored checkpoint of the longest prefix of its body."""
+
+    state: SessionState
+    checkpoint: Checkpoint | None
 
 
 class Lifecycle(Protocol):
@@ -106,6 +139,23 @@ class Sessions(Protocol):
 
         `at` is Unix time in seconds; it becomes `last_seen` and orders `list_sessions`.
         """
+
+    async def open_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        model: str | None,
+        at: float,
+        hashes: Sequence[str],
+    ) -> OpenedTurn:
+        """`begin_turn` and `find_checkpoint(hashes)` at once: what every request reads
+        before anything else, in one round trip to Redis (both are the session's keys)."""
+
+    async def end_turn(self, tenant: str, session_id: str, ended: EndedTurn) -> None:
+        """`record_turn`, `archive` and, when it has usage, `record_usage` of what `ended`
+        holds, at once: what every answered request leaves, written in one round trip to
+        the session's node (and, for new messages, one to each node of their bodies)."""
 
     async def record_compaction(
         self, tenant: str, session_id: str, record: CompactionRecord

@@ -38,6 +38,8 @@ from proxy.adapters.store.contract import (
     HISTORY_LIMIT,
     TIMELINE_LIMIT,
     WHOLE,
+    EndedTurn,
+    OpenedTurn,
     common_prefix,
     content_hashes,
 )
@@ -391,6 +393,27 @@ class MemoryStore:
             return replace(state, turns=state.turns + 1, model=chosen, last_seen=at)
 
         return self._update(tenant, session_id, change)
+
+    async def open_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        model: str | None,
+        at: float,
+        hashes: Sequence[str],
+    ) -> OpenedTurn:
+        state = await self.begin_turn(tenant, session_id, model=model, at=at)
+        return OpenedTurn(state, await self.find_checkpoint(tenant, session_id, hashes))
+
+    async def end_turn(self, tenant: str, session_id: str, ended: EndedTurn) -> None:
+        await self.archive(tenant, session_id, ended.messages, hashes=ended.hashes)
+        if ended.usage is not None:
+            pressure = ended.point.pressure
+            await self.record_usage(tenant, session_id, usage=ended.usage, pressure=pressure)
+        await self.record_turn(
+            tenant, session_id, ended.point, context=ended.context, request=ended.request
+        )
 
     async def record_compaction(
         self, tenant: str, session_id: str, record: CompactionRecord

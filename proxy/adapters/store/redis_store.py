@@ -74,6 +74,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster, Sentinel
@@ -89,6 +90,8 @@ from proxy.adapters.store.contract import (
     HISTORY_LIMIT,
     TIMELINE_LIMIT,
     WHOLE,
+    EndedTurn,
+    OpenedTurn,
     SessionNotIndexedError,
     StoreUnavailableError,
     content_hashes,
@@ -185,50 +188,110 @@ _READ_SESSION = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 
-# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, the new list's hashes
-# joined by commas (one argument: a long history is not sent as a hundred). Keeps the common
-# prefix and appends the rest, so a growing history writes only its new messages (and the AOF
-# and replicas see only those). Returns the length of the common prefix, and 1 when the
-# bodies already stored are due to have their expiry moved (at most once per refresh_ms: a
-# long history is not walked on every request).
-_ARCHIVE_SEQUENCE = """
-local hashes = {}
-for h in string.gmatch(ARGV[3], '[^,]+') do hashes[#hashes + 1] = h end
-local old = redis.call('LRANGE', KEYS[1], 0, -1)
-local new = #hashes
-local common = 0
-while common < new and common < #old and old[common + 1] == hashes[common + 1] do
-  common = common + 1
+# A Lua function, for the scripts that record a session's archived sequence: `list` takes
+# the new list of hashes (`joined` by commas: a long history is one argument, not a hundred).
+# Keeps the common prefix and appends the rest, so a growing history writes only its new
+# messages (and the AOF and replicas see only those). Returns the length of the common
+# prefix, and 1 when the bodies already stored are due to have their expiry moved (at most
+# once per refresh_ms, kept in `refreshed`: a long history is not walked on every request).
+_SEQUENCE = """
+local function sequence(list, refreshed, refresh_ms, joined)
+  local hashes = {}
+  for h in string.gmatch(joined, '[^,]+') do hashes[#hashes + 1] = h end
+  local old = redis.call('LRANGE', list, 0, -1)
+  local new = #hashes
+  local common = 0
+  while common < new and common < #old and old[common + 1] == hashes[common + 1] do
+    common = common + 1
+  end
+  if common == 0 then
+    redis.call('DEL', list)
+  elseif common < #old then
+    redis.call('LTRIM', list, 0, common - 1)
+  end
+  for i = common + 1, new do redis.call('RPUSH', list, hashes[i]) end
+  local due = redis.call('SET', refreshed, '1', 'NX', 'PX', refresh_ms)
+  return {common, due and 1 or 0}
 end
-if common == 0 then
-  redis.call('DEL', KEYS[1])
-elseif common < #old then
-  redis.call('LTRIM', KEYS[1], 0, common - 1)
-end
-for i = common + 1, new do redis.call('RPUSH', KEYS[1], hashes[i]) end
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-local due = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[2])
-return {common, due and 1 or 0}
 """
 
-# KEYS: checkpoints, checkpoint_order. ARGV: ttl_ms, the chain hash of each prefix of the
-# body, shortest first, joined by commas. The checkpoint of the longest prefix there is, as
-# {its prefix's length, its JSON}, the session's checkpoints' expiry moved; nil when there
-# is none. One argument travels, not a key per message of a long history, and one
-# checkpoint comes back, not every one the conversation's compactions left.
-_FIND_CHECKPOINT = """
-local hashes = {}
-for h in string.gmatch(ARGV[2], '[^,]+') do hashes[#hashes + 1] = h end
-for i = #hashes, 1, -1 do
-  local found = redis.call('HGET', KEYS[1], hashes[i])
-  if found then
-    redis.call('PEXPIRE', KEYS[1], ARGV[1])
-    redis.call('PEXPIRE', KEYS[2], ARGV[1])
-    return {i, found}
-  end
-end
-return false
+# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, the new list's hashes.
+_ARCHIVE_SEQUENCE = (
+    _SEQUENCE
+    + """
+local result = sequence(KEYS[1], KEYS[4], ARGV[2], ARGV[3])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return result
 """
+)
+
+# A Lua function: the checkpoint of the longest prefix there is in `checkpoints`, as
+# {its prefix's length, its JSON}, the session's checkpoints' expiry moved; false when there
+# is none. `joined`: the chain hash of each prefix of the body, shortest first, joined by
+# commas. One argument travels, not a key per message of a long history, and one checkpoint
+# comes back, not every one the conversation's compactions left.
+_LONGEST = """
+local function longest(checkpoints, order, ttl_ms, joined)
+  local hashes = {}
+  for h in string.gmatch(joined, '[^,]+') do hashes[#hashes + 1] = h end
+  for i = #hashes, 1, -1 do
+    local found = redis.call('HGET', checkpoints, hashes[i])
+    if found then
+      redis.call('PEXPIRE', checkpoints, ttl_ms)
+      redis.call('PEXPIRE', order, ttl_ms)
+      return {i, found}
+    end
+  end
+  return false
+end
+"""
+
+# KEYS: checkpoints, checkpoint_order. ARGV: ttl_ms, the joined chain hashes (`_LONGEST`).
+_FIND_CHECKPOINT = (
+    _LONGEST
+    + """
+return longest(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+"""
+)
+
+# KEYS: the session's (`_session_keys`), checkpoints, checkpoint_order. ARGV: ttl_ms, last_seen, '1'
+# to set the model, model, the joined chain hashes ('' for none). `_BEGIN_TURN` and
+# `_FIND_CHECKPOINT` in one: what every request reads first, in one round trip.
+_OPEN_TURN = (
+    _LONGEST
+    + """
+redis.call('HINCRBY', KEYS[1], 'turns', 1)
+redis.call('HSET', KEYS[1], 'last_seen', ARGV[2])
+if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'model', ARGV[4]) end
+for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+local found = false
+if ARGV[5] ~= '' then found = longest(KEYS[7], KEYS[8], ARGV[1], ARGV[5]) end
+return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1), found}
+"""
+)
+
+# KEYS: state, history, archive, timeline, request, recall, refreshed. ARGV: ttl_ms, then
+# `_RECORD_TURN`'s (point JSON, timeline limit, tokens before, tokens after, pressure,
+# context JSON, request JSON or '', recalls), then usage JSON ('' for none), refresh_ms, the
+# archive's joined hashes ('' to archive nothing). `_RECORD_TURN`, `_RECORD_USAGE` and
+# `_ARCHIVE_SEQUENCE` in one: what every answered request leaves, in one round trip.
+_END_TURN = (
+    _SEQUENCE
+    + """
+redis.call('RPUSH', KEYS[4], ARGV[2])
+redis.call('LTRIM', KEYS[4], -tonumber(ARGV[3]), -1)
+redis.call('HINCRBY', KEYS[1], 'tokens_sent', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'tokens_forwarded', ARGV[5])
+redis.call('HSET', KEYS[1], 'last_pressure', ARGV[6], 'last_context', ARGV[7])
+if ARGV[8] ~= '' then redis.call('SET', KEYS[5], ARGV[8]) end
+if ARGV[9] ~= '0' then redis.call('HINCRBY', KEYS[1], 'recalls', ARGV[9]) end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'last_usage', ARGV[10]) end
+local result = {0, 0}
+if ARGV[12] ~= '' then result = sequence(KEYS[3], KEYS[7], ARGV[11], ARGV[12]) end
+for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return result
+"""
+)
 
 # KEYS: lock. ARGV: token. Compare-and-delete, so only the holder frees it.
 _RELEASE = """
@@ -245,6 +308,8 @@ _SCRIPTS = (
     _READ_SESSION,
     _ARCHIVE_SEQUENCE,
     _FIND_CHECKPOINT,
+    _OPEN_TURN,
+    _END_TURN,
     _DROP_CHECKPOINT,
     _RELEASE,
 )
@@ -359,6 +424,42 @@ def _pairs(flat: Sequence[str]) -> dict[str, str]:
 def _messages(bodies: Sequence[str | None]) -> list[Message]:
     """The bodies that are still there, as messages (an expired one is skipped)."""
     return [json.loads(body) for body in bodies if body is not None]
+
+
+def _turn_args(
+    point: TurnPoint, context: Mapping[str, Any], request: Mapping[str, Any] | None
+) -> tuple[Any, ...]:
+    """`_RECORD_TURN`'s arguments after the TTL (and `_END_TURN`'s)."""
+    return (
+        json.dumps(point.to_json()),
+        TIMELINE_LIMIT,
+        point.tokens_before,
+        point.tokens_after,
+        repr(point.pressure),
+        json.dumps(dict(context)),
+        "" if request is None else json.dumps(dict(request)),
+        point.recalls,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Unindexed:
+    """Why a counted turn's session could not be indexed, and where."""
+
+    cause: BaseException
+    scope: str
+
+    def error(self, state: SessionState, checkpoint: Checkpoint | None) -> SessionNotIndexedError:
+        fenced = isinstance(self.cause, StoreUnavailableError) and self.cause.fenced
+        error = SessionNotIndexedError(
+            f"the session was not indexed: {self.cause}",
+            scope=self.scope,
+            state=state,
+            checkpoint=checkpoint,
+            fenced=fenced,
+        )
+        error.__cause__ = self.cause
+        return error
 
 
 class RedisStore:
@@ -531,38 +632,89 @@ class RedisStore:
     ) -> SessionState:
         keys = _session_keys(tenant, session_id)
         args = (self._ttl_ms, repr(at), "0" if model is None else "1", model or "")
+        (fields, history), unindexed = await self._counted(
+            tenant, session_id, at, _BEGIN_TURN, keys, args
+        )
+        state = _state(_pairs(fields), history)
+        if unindexed is not None:
+            raise unindexed.error(state, None)
+        return state
+
+    async def open_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        model: str | None,
+        at: float,
+        hashes: Sequence[str],
+    ) -> OpenedTurn:
+        keys = [*_session_keys(tenant, session_id), *_checkpoint_keys(tenant, session_id)]
+        args = (
+            self._ttl_ms,
+            repr(at),
+            "0" if model is None else "1",
+            model or "",
+            ",".join(hashes),
+        )
+        (fields, history, longest), unindexed = await self._counted(
+            tenant, session_id, at, _OPEN_TURN, keys, args
+        )
+        state = _state(_pairs(fields), history)
+        checkpoint = None
+        if longest is not None:
+            covered, text = longest
+            checkpoint = Checkpoint.from_json(jsoncodec.loads(text))
+            if checkpoint.covered != covered:
+                # Its prefix's length is not its own (no chain hash collides in practice):
+                # the longest that is right, as `find_checkpoint` tells them apart.
+                checkpoint = await self.find_checkpoint(tenant, session_id, hashes)
+        if unindexed is not None:
+            raise unindexed.error(state, checkpoint)
+        return OpenedTurn(state, checkpoint)
+
+    async def _counted(
+        self,
+        tenant: str,
+        session_id: str,
+        at: float,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+    ) -> tuple[Any, _Unindexed | None]:
+        """The reply of a script that counts a turn, run with the session's indexes when
+        they are due; and why they could not be written, if so."""
+        async def counted() -> Any:
+            async with self._call() as call:
+                return await call.on(keys[0], lambda: self._script(script, keys, *args))
+
         name = (tenant, session_id)
         if at - self._indexed.get(name, -math.inf) < _INDEX_EVERY_S:
+            return await counted(), None
+
+        async def indexed() -> None:
             async with self._call() as call:
-                fields, history = await call.on(
-                    keys[0], lambda: self._script(_BEGIN_TURN, keys, *args)
-                )
-            return _state(_pairs(fields), history)
-        async with self._call() as call:
-            # Side by side: the turn on the session's node, the indexes on theirs (one round
-            # trip's wait). The turn is what the request needs; an index not updated loses
-            # only the session's place in the list until its next turn.
-            began, indexed = await asyncio.gather(
-                call.on(keys[0], lambda: self._script(_BEGIN_TURN, keys, *args)),
-                call.batch(self._index(tenant, session_id, at)),
-                return_exceptions=True,
-            )
-            if isinstance(began, BaseException):
-                raise began
-        fields, history = began
-        state = _state(_pairs(fields), history)
-        if not isinstance(indexed, BaseException):
-            self._indexed[name] = at
-            self._indexed.move_to_end(name)
-            if len(self._indexed) > _INDEXED_KEPT:
-                self._indexed.popitem(last=False)
-        if isinstance(indexed, BaseException):
-            message = f"the session was not indexed: {indexed}"
-            fenced = isinstance(indexed, StoreUnavailableError) and indexed.fenced
-            raise SessionNotIndexedError(
-                message, scope=call.scope(), state=state, fenced=fenced
-            ) from indexed
-        return state
+                await call.batch(self._index(tenant, session_id, at))
+
+        # Side by side: the turn on the session's node, the indexes on theirs (one round
+        # trip's wait). The turn is what the request needs; an index not updated loses only
+        # the session's place in the list until its next turn. Two calls, each with its
+        # own turn (and connection): one call using two connections at once could leave
+        # every turn's holder waiting on the pool for a connection another one holds.
+        results: tuple[Any, BaseException | None] = await asyncio.gather(
+            counted(), indexed(), return_exceptions=True
+        )
+        began, failed = results
+        if isinstance(began, BaseException):
+            raise began
+        if isinstance(failed, BaseException):
+            scope = failed.scope if isinstance(failed, StoreUnavailableError) else WHOLE
+            return began, _Unindexed(failed, scope)
+        self._indexed[name] = at
+        self._indexed.move_to_end(name)
+        if len(self._indexed) > _INDEXED_KEPT:
+            self._indexed.popitem(last=False)
+        return began, None
 
     def _index(self, tenant: str, session_id: str, at: float) -> list[Op]:
         """List the session under `at`, in its tenant's index and the global one."""
@@ -603,19 +755,25 @@ class RedisStore:
         request: Mapping[str, Any] | None = None,
     ) -> None:
         keys = _session_keys(tenant, session_id)
-        args = (
-            self._ttl_ms,
-            json.dumps(point.to_json()),
-            TIMELINE_LIMIT,
-            point.tokens_before,
-            point.tokens_after,
-            repr(point.pressure),
-            json.dumps(dict(context)),
-            "" if request is None else json.dumps(dict(request)),
-            point.recalls,
-        )
+        args = (self._ttl_ms, *_turn_args(point, context, request))
         async with self._call() as call:
             await call.on(keys[0], lambda: self._script(_RECORD_TURN, keys, *args))
+
+    async def end_turn(self, tenant: str, session_id: str, ended: EndedTurn) -> None:
+        keys = [*_session_keys(tenant, session_id), _refreshed_key(tenant, session_id)]
+        messages = ended.messages
+        sequence = content_hashes(messages, ended.hashes) if messages else ()
+        args = (
+            self._ttl_ms,
+            *_turn_args(ended.point, ended.context, ended.request),
+            "" if ended.usage is None else json.dumps(dict(ended.usage)),
+            self._refresh_ms,
+            ",".join(sequence),
+        )
+        async with self._call() as call:
+            known, due = await call.on(keys[0], lambda: self._script(_END_TURN, keys, *args))
+            if sequence:
+                await call.batch(self._bodies(tenant, sequence, messages, known, due))
 
     async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
         timeline_key = _session_keys(tenant, session_id)[3]
@@ -701,19 +859,31 @@ class RedisStore:
         args = (self._ttl_ms, self._refresh_ms, ",".join(hashes))
         async with self._call() as call:
             known, due = await call.on(seq, lambda: self._script(_ARCHIVE_SEQUENCE, keys, *args))
-            # The sequence first: bodies of its known part are stored already (or expired,
-            # which `archived` tolerates); only the rest travel. Set if absent, as the
-            # embedded store: a body another session stored keeps its text, and its expiry
-            # moves.
-            ttl = self._ttl_ms
-            ops: list[Op] = []
-            for digest, message in zip(hashes[known:], messages[known:], strict=True):
-                key = _message_key(tenant, digest)
-                ops.append(Op("set", key, (json.dumps(message),), {"nx": True, "px": ttl}))
-                ops.append(Op("pexpire", key, (ttl,)))
-            if due:
-                ops += [Op("pexpire", _message_key(tenant, h), (ttl,)) for h in hashes[:known]]
-            await call.batch(ops)
+            await call.batch(self._bodies(tenant, hashes, messages, known, due))
+
+    def _bodies(
+        self,
+        tenant: str,
+        hashes: Sequence[str],
+        messages: Sequence[Message],
+        known: int,
+        due: int,
+    ) -> list[Op]:
+        """The writes of the archived bodies a sequence whose first `known` hashes were
+        archived before needs; with the known ones' expiry moved when `due`."""
+        # The sequence first: bodies of its known part are stored already (or expired,
+        # which `archived` tolerates); only the rest travel. Set if absent, as the
+        # embedded store: a body another session stored keeps its text, and its expiry
+        # moves.
+        ttl = self._ttl_ms
+        ops: list[Op] = []
+        for digest, message in zip(hashes[known:], messages[known:], strict=True):
+            key = _message_key(tenant, digest)
+            ops.append(Op("set", key, (json.dumps(message),), {"nx": True, "px": ttl}))
+            ops.append(Op("pexpire", key, (ttl,)))
+        if due:
+            ops += [Op("pexpire", _message_key(tenant, h), (ttl,)) for h in hashes[:known]]
+        return ops
 
     async def archived(self, tenant: str, session_id: str) -> list[Message]:
         seq = _session_keys(tenant, session_id)[2]
