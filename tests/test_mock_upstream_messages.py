@@ -24,6 +24,7 @@ from tests.mock_messages import (
     EPHEMERAL,
     MODEL,
     READ_FILE,
+    Block,
     Body,
     assistant,
     error_of,
@@ -330,9 +331,7 @@ async def test_streamed_overflow_is_400_before_any_event(
     upstream = MockUpstream(encoders=encoders, window=prompt - 10)
     async with sdk(upstream) as client:
         with pytest.raises(anthropic.BadRequestError) as raised:
-            async with client.messages.stream(**body) as stream:
-                async for _ in stream:
-                    pass
+            await client.messages.create(**body, stream=True)
     assert error_of(raised) == overflow_error(prompt, prompt - 10)
     assert upstream.overflows == 1
     assert upstream.streams_abandoned == 0  # no stream was started
@@ -446,11 +445,15 @@ async def test_error_event_ends_a_started_stream(encoders: Encoders) -> None:
     overloaded = {"type": "overloaded_error", "message": "Overloaded"}
     upstream.queue(Reply(content="a long enough answer", stream_error=overloaded))
     got: list[str] = []
+
+    async def read(client: anthropic.AsyncAnthropic) -> None:
+        async with client.messages.stream(**request(user("hi"))) as stream:
+            async for event in stream:
+                got.append(event.type)
+
     async with sdk(upstream) as client:
         with pytest.raises(anthropic.APIStatusError) as raised:
-            async with client.messages.stream(**request(user("hi"))) as stream:
-                async for event in stream:
-                    got.append(event.type)
+            await read(client)
     assert raised.value.body == {"type": "error", "error": overloaded}
     assert got[:2] == ["message_start", "content_block_start"]
     assert "message_stop" not in got
@@ -495,6 +498,11 @@ async def test_abandoned_stream_is_counted(encoders: Encoders) -> None:
 # --- count_tokens ----------------------------------------------------------------------------
 
 
+def counting(*messages: Block, **fields: Any) -> Body:
+    """A count_tokens body: a request's, with no `max_tokens`."""
+    return {"model": MODEL, "messages": list(messages), **fields}
+
+
 async def test_count_tokens_answers_the_prompt_s_count(
     encoders: Encoders, counter: TokenCounter
 ) -> None:
@@ -502,7 +510,7 @@ async def test_count_tokens_answers_the_prompt_s_count(
     prompt = messages_prompt_tokens(body, counter)
     # Counting is no request for the model: the window does not apply to it.
     upstream = MockUpstream(encoders=encoders, window=prompt - 1, strict=True)
-    fields = {name: value for name, value in body.items() if name != "max_tokens"}
+    fields = counting(*body["messages"], system=body["system"], tools=body["tools"])
     async with sdk(upstream) as client:
         counted = await client.messages.count_tokens(**fields)
         beta = await client.beta.messages.count_tokens(**fields)
@@ -515,9 +523,7 @@ async def test_count_tokens_checks_the_request_as_the_api_does(encoders: Encoder
     upstream = MockUpstream(encoders=encoders, strict=True)
     async with sdk(upstream) as client:
         with pytest.raises(anthropic.BadRequestError) as raised:
-            await client.messages.count_tokens(
-                model=MODEL, messages=[{"role": "user", "content": [tool_result("toolu_9")]}]
-            )
+            await client.messages.count_tokens(**counting(user(tool_result("toolu_9"))))
     assert "unexpected `tool_use_id`" in error_of(raised)["message"]
     assert upstream.strict_rejections == 1
 
@@ -527,7 +533,9 @@ async def test_count_tokens_switched_off_is_a_404(encoders: Encoders) -> None:
     upstream = MockUpstream(encoders=encoders, messages_count_tokens=False)
     async with sdk(upstream) as client:
         with pytest.raises(anthropic.NotFoundError) as raised:
-            await client.messages.count_tokens(model=MODEL, messages=[user("hi")])  # type: ignore[list-item]
+            await client.messages.count_tokens(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}]
+            )
         answered = await client.messages.create(**request(user("hi")))
     assert error_of(raised) == {"type": "not_found_error", "message": "Not Found"}
     assert answered.stop_reason == "end_turn"

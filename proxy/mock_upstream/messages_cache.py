@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 LOOKBACK: Final = 20
-"""Blocks before a breakpoint at which the API still looks for a cached prefix."""
+"""Block boundaries before a breakpoint at which the API still looks for a cached prefix."""
 CAPACITY: Final = 4_096
 
 
@@ -59,7 +59,7 @@ class BreakpointCache:
         read = 0
         for marked in breakpoints:
             end = marked + 1
-            for length in range(end, max(end - LOOKBACK, 0), -1):
+            for length in range(end, max(end - LOOKBACK - 1, 0), -1):
                 if digests[length] in self._written:
                     self._written.move_to_end(digests[length])
                     read = max(read, length)
