@@ -8,11 +8,13 @@ for the proxy's tests) and as relations, so they hold whichever encoder loads.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 from anthropic.types import Message
 
@@ -20,6 +22,7 @@ from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.core.overflow import Kind, classify
 from proxy.core.tokens import O200K_BASE, TokenCounter
 from proxy.mock_upstream import MockUpstream, Reply, ToolCall, messages_prompt_tokens
+from proxy.mock_upstream.command import Options, add_arguments, describe, mock_for, options_from
 from tests.mock_messages import (
     EPHEMERAL,
     MODEL,
@@ -39,6 +42,7 @@ from tests.mock_messages import (
     user,
 )
 from tests.servers import serve, serve_in_thread
+from tests.test_cli_mock import mock_process
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +84,10 @@ async def test_whole_message_parses_with_the_sdk(encoders: Encoders, counter: To
     assert (usage.cache_read_input_tokens, usage.cache_creation_input_tokens) == (0, 0)
     assert usage.output_tokens == counter.text("It imports os and sys.")
     recorded = upstream.last
-    # This SDK sends its key as a Bearer token, and its own API version.
-    assert (recorded.path, recorded.header("authorization")) == (
-        "/v1/messages",
-        "Bearer sk-ant-test",
-    )
+    assert recorded.path == "/v1/messages"
+    # The key as a Bearer token (2.x) or in x-api-key (earlier), and the SDK's API version.
+    sent = {recorded.header("x-api-key"), recorded.header("authorization")}
+    assert sent & {"sk-ant-test", "Bearer sk-ant-test"}
     assert recorded.header("anthropic-version")
     assert upstream.prompt_tokens == [usage.input_tokens]
     assert upstream.cached_tokens == [0]
@@ -539,3 +542,32 @@ async def test_count_tokens_switched_off_is_a_404(encoders: Encoders) -> None:
         answered = await client.messages.create(**request(user("hi")))
     assert error_of(raised) == {"type": "not_found_error", "message": "Not Found"}
     assert answered.stop_reason == "end_turn"
+
+
+def test_the_command_line_can_switch_count_tokens_off() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = options_from(parser.parse_args(["--no-count-tokens"]))
+    assert options == Options(count_tokens=False)
+    assert options_from(parser.parse_args([])).count_tokens
+    assert not mock_for(options).messages_count_tokens
+    assert "no count_tokens" in describe(options, "http://127.0.0.1:8000/v1", ("m",))
+    assert "count_tokens" not in describe(Options(), "http://127.0.0.1:8000/v1", ("m",))
+
+
+def test_the_mock_command_speaks_the_messages_api() -> None:
+    """`compaction-proxy mock` as a user starts it, for an Anthropic client."""
+    with mock_process(["--strict", "--window", "1000"]) as (_, base_url, line):
+        root = base_url.removesuffix("/v1")
+        probe = httpx.head(f"{root}/")
+        with anthropic.Anthropic(api_key="sk-ant-any", base_url=root, max_retries=0) as client:
+            message = client.messages.create(**request(user("Hi")))
+            counted = client.messages.count_tokens(**counting(user("Hi")))
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                client.messages.create(**request(user(long_text(200))))
+    assert probe.status_code == 200
+    assert message.content[0].type == "text"
+    assert message.content[0].text == "Hello from the mock upstream."
+    assert counted.input_tokens == message.usage.input_tokens
+    assert error_of(refused)["message"].endswith("tokens > 1000 maximum")
+    assert "Anthropic-compatible" in line
