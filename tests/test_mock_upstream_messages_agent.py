@@ -10,11 +10,12 @@ import pytest
 from anthropic.types import Usage
 
 from proxy.adapters.tokenizer import Encoders, load_encoders
-from proxy.core.summary import Prefix, prefix_closing
+from proxy.core.summary import Prefix, prefix_closing, summary_request
 from proxy.core.tokens import O200K_BASE, TokenCounter
 from proxy.mock_upstream import AgentScript, MockUpstream, Reply, messages_prompt_tokens
 from tests.mock_messages import (
     EPHEMERAL,
+    MODEL,
     READ_FILE,
     Block,
     Body,
@@ -193,6 +194,25 @@ async def test_agent_plays_a_tool_loop_as_claude_code_drives_it(encoders: Encode
     assert all(read < prompt for read, prompt in zip(reads, upstream.prompt_tokens, strict=True))
 
 
+async def test_reminders_beside_tool_results_do_not_start_a_new_turn(encoders: Encoders) -> None:
+    """Claude Code puts `<system-reminder>` text next to its tool results: still the same turn,
+    so the agent ends it after its rounds, and its calls read the results."""
+    script = AgentScript(calls=(("read_file", '{"path": "a.py"}'),), rounds_per_turn=2)
+    upstream = MockUpstream(encoders=encoders, agent=script, strict=True)
+    reminder = text("<system-reminder>The todo list is empty.</system-reminder>")
+    messages: list[Block] = [user("Check a.py.")]
+    stops = []
+    async with sdk(upstream) as client:
+        for _ in range(4):
+            message = await client.messages.create(**request(*messages, tools=[READ_FILE]))
+            stops.append(message.stop_reason)
+            if message.stop_reason != "tool_use":
+                break
+            results = results_for(message)
+            messages += [echoed(message), {**results, "content": [*results["content"], reminder]}]
+    assert stops == ["tool_use", "tool_use", "end_turn"]
+
+
 async def test_agent_answers_without_tools_on_offer(encoders: Encoders) -> None:
     upstream = MockUpstream(encoders=encoders, agent=AgentScript(calls=(("read_file", "{}"),)))
     async with sdk(upstream) as client:
@@ -235,6 +255,29 @@ async def test_recaller_answers_from_the_request_or_recalls_what_was_condensed(
 
 
 # --- the proxy's summary request -------------------------------------------------------------
+
+
+async def test_a_summary_asked_as_a_transcript_is_answered(encoders: Encoders) -> None:
+    """The transcript form: the summarizer's instructions as `system`, the turns as one user
+    message, as a Messages translation of `summary_request` sends them."""
+    chat = summary_request(
+        [
+            {"role": "user", "content": "The checkout is slow; see incident INC-4821."},
+            {"role": "assistant", "content": "Reading src/billing/invoice.py."},
+        ],
+        previous=None,
+        model=MODEL,
+        max_tokens=400,
+    )
+    instructions, transcript = chat["messages"]
+    body = request(user(transcript["content"]), system=instructions["content"], max_tokens=400)
+    upstream = MockUpstream(encoders=encoders, strict=True)
+    async with sdk(upstream) as client:
+        summary = await client.messages.create(**body)
+    assert upstream.summary_calls == 1
+    assert summary.content[0].type == "text"
+    assert "INC-4821" in summary.content[0].text
+    assert upstream.prompt_tokens == []
 
 
 def conversation() -> list[Block]:

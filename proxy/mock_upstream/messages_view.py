@@ -8,9 +8,10 @@ Messages endpoint's. The mapping keeps what they read:
   `messages` (Claude Code's) is a system message in place;
 - an assistant message is one assistant message: its text, and its `tool_use` blocks as
   `tool_calls` (the input as a JSON string, the id kept); thinking is not read;
-- a user message's `tool_result` blocks are `tool` messages, in order, then the rest of its
-  text (if any) is a user message: a turn of tool results is not a new user turn, as the
-  agent counts its rounds from the last user message;
+- a user message's `tool_result` blocks are `tool` messages, in order; text beside them
+  (Claude Code's `<system-reminder>`s) is read with the last result: a turn of tool results is
+  not a new user turn, as the agent counts its rounds from the last user message. A user
+  message without results is a user message;
 - the tools by name (none when `tool_choice` is `none`), and `max_tokens`.
 """
 
@@ -68,7 +69,7 @@ def _assistant(content: object) -> JSON:
 
 
 def _user(content: object) -> list[JSON]:
-    said = [block for block in blocks(content) if block_type(block) != "tool_result"]
+    said = text_of([block for block in blocks(content) if block_type(block) != "tool_result"])
     results = [
         {
             "role": "tool",
@@ -78,9 +79,10 @@ def _user(content: object) -> list[JSON]:
         for block in blocks(content)
         if block_type(block) == "tool_result"
     ]
-    text = text_of(said)
-    if text or not results:
-        results.append({"role": "user", "content": text})
+    if not results:
+        return [{"role": "user", "content": said}]
+    if said:
+        results[-1]["content"] = "\n\n".join(filter(None, (results[-1]["content"], said)))
     return results
 
 
