@@ -197,6 +197,15 @@ async def test_head_on_the_base_url_is_answered(encoders: Encoders) -> None:
 # --- metering --------------------------------------------------------------------------------
 
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}
+PDF = {
+    "type": "document",
+    "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+}
+
+
+def document(content: str) -> Block:
+    source = {"type": "text", "media_type": "text/plain", "data": content}
+    return {"type": "document", "source": source}
 
 
 @pytest.mark.parametrize(
@@ -232,6 +241,12 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
             request(user("go")),
             request(user("go"), assistant({"type": "server_tool_use", "id": "s1", "name": "x"})),
         ),
+        (request(user("go")), request(user(text("go"), PDF))),
+        (
+            request(user(text("go"), document("short"))),
+            request(user(text("go"), document(long_text(20)))),
+        ),
+        (request(user("go")), request(user("go"), {"role": "assistant", "content": []})),
     ],
     ids=[
         "text",
@@ -244,6 +259,9 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
         "image",
         "redacted",
         "unknown-block",
+        "pdf",
+        "text-document",
+        "empty-message",
     ],
 )
 def test_more_input_is_more_tokens(counter: TokenCounter, small: Body, large: Body) -> None:
@@ -460,6 +478,37 @@ async def test_error_event_ends_a_started_stream(encoders: Encoders) -> None:
     assert raised.value.body == {"type": "error", "error": overloaded}
     assert got[:2] == ["message_start", "content_block_start"]
     assert "message_stop" not in got
+
+
+async def test_a_message_without_content_streams_its_frame(encoders: Encoders) -> None:
+    upstream = MockUpstream(encoders=encoders)
+    overloaded = {"type": "overloaded_error", "message": "Overloaded"}
+    upstream.queue(Reply(content=None), Reply(content=None, stream_error=overloaded))
+    async with raw(upstream) as http:
+        sent = []
+        for _ in range(2):
+            body = request(user("hi"), stream=True)
+            response = await http.post("/v1/messages", json=body, headers=headers())
+            sent.append(
+                [
+                    json.loads(line[6:])["type"]
+                    for line in response.text.splitlines()
+                    if line.startswith("data: ")
+                ]
+            )
+    assert sent == [
+        ["message_start", "ping", "message_delta", "message_stop"],
+        ["message_start", "ping", "error"],
+    ]
+
+
+async def test_arguments_that_are_no_json_still_make_an_input(encoders: Encoders) -> None:
+    upstream = MockUpstream(encoders=encoders)
+    upstream.queue(Reply(content=None, tool_calls=(ToolCall("patch", "*** Begin Patch", "t1"),)))
+    async with sdk(upstream) as client:
+        message = await client.messages.create(**request(user("Patch it.")))
+    assert message.content[0].type == "tool_use"
+    assert message.content[0].input == {"arguments": "*** Begin Patch"}
 
 
 async def test_stream_waits_on_hold_after_first_delta(encoders: Encoders) -> None:

@@ -13,6 +13,7 @@ from proxy.adapters.tokenizer import Encoders, load_encoders
 from proxy.core.summary import Prefix, prefix_closing, summary_request
 from proxy.core.tokens import O200K_BASE, TokenCounter
 from proxy.mock_upstream import AgentScript, MockUpstream, Reply, messages_prompt_tokens
+from proxy.mock_upstream.messages_cache import BreakpointCache, CacheUse
 from tests.mock_messages import (
     EPHEMERAL,
     MODEL,
@@ -324,3 +325,32 @@ async def test_a_summary_asked_after_the_conversation_is_answered_from_its_cache
     assert (billed.prompt_tokens, billed.cached_tokens) == (sum(split(summary.usage)), read)
     assert read >= 1024  # the conversation, from the prompt cache
     assert len(upstream.prompt_tokens) == 1  # the conversation's
+
+
+async def test_a_breakpoint_inside_a_tool_result_caches_through_it(encoders: Encoders) -> None:
+    """Markers may sit on the blocks of a tool result; where they sit is no part of the
+    prompt, so the next request reads the prefix though its marker moved on."""
+    upstream = cache_model(encoders)
+    marked = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [text(long_text(60), cache_control=EPHEMERAL)],
+    }
+    unmarked = {**marked, "content": [text(long_text(60))]}
+    head = [user("go"), assistant(tool_use("toolu_1"))]
+    async with sdk(upstream) as client:
+        first = await client.messages.create(**request(*head, user(marked)))
+        second = await client.messages.create(
+            **request(*head, user(unmarked), *marked_last([assistant("Read."), user("Next?")]))
+        )
+    assert split(first.usage)[2] > 256
+    assert split(second.usage)[1] == split(first.usage)[2]
+
+
+def test_the_cache_forgets_its_oldest_prefixes() -> None:
+    cache = BreakpointCache(capacity=2)
+    sums = [0, 2000]
+    for key in (b"a", b"b", b"c"):
+        assert cache.account([key], sums, [0], 1024) == CacheUse(0, 2000)
+    assert cache.account([b"c"], sums, [0], 1024) == CacheUse(2000, 0)
+    assert cache.account([b"a"], sums, [0], 1024) == CacheUse(0, 2000)  # forgotten

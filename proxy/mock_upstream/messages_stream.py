@@ -80,9 +80,7 @@ def _opened(block: JSON) -> JSON:
         return {"type": "text", "text": ""}
     if block["type"] == "thinking":
         return {"type": "thinking", "thinking": "", "signature": ""}
-    if block["type"] == "tool_use":
-        return {**block, "input": {}}
-    return block
+    return {**block, "input": {}}  # a tool_use block, the only other kind the mock writes
 
 
 def _deltas(block: JSON, *, endless: bool) -> Iterator[JSON]:

@@ -108,10 +108,8 @@ def _uses(turn: Turn) -> dict[str, int]:
 
 
 def _leading_results(turn: Turn) -> set[str]:
-    """The ids the tool results at the start of a user turn answer."""
+    """The ids the tool results at the start of a (user) turn answer."""
     answered: set[str] = set()
-    if turn.role != "user":
-        return answered
     for placed in turn.blocks:
         if block_type(placed.block) != "tool_result":
             break
