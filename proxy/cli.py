@@ -117,10 +117,11 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def _add_mock(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mock = commands.add_parser(
         "mock",
-        help="run the mock OpenAI-compatible provider alone, to try a client without a key",
+        help="run the mock OpenAI- and Anthropic-compatible provider alone, to try a client "
+        "without a key",
         description="Serve the demo's mock provider (/v1/chat/completions, /v1/responses, "
-        "/v1/models) until Ctrl-C: point `compaction-proxy serve --upstream` or any OpenAI "
-        "client at it.",
+        "/v1/messages, /v1/models) until Ctrl-C: point `compaction-proxy serve --upstream` or "
+        "any OpenAI or Anthropic client at it.",
     )
     add_mock_arguments(mock)
     # No --config: the mock has no settings; `main` still loads the proxy's.

@@ -22,6 +22,7 @@ from proxy.mock_upstream.agent import Agent, AgentScript
 from proxy.mock_upstream.cache import PromptCache, cached_tokens
 from proxy.mock_upstream.completions import Completion, Usage
 from proxy.mock_upstream.errors import Rejected
+from proxy.mock_upstream.messages import MessagesApi
 from proxy.mock_upstream.meter import Meter, Piece
 from proxy.mock_upstream.recaller import Recaller
 from proxy.mock_upstream.responses import ResponsesApi
@@ -82,6 +83,9 @@ class MockUpstream:
     """Compact as OpenAI does (`POST /v1/responses/compact`, a `compaction_trigger` at the end
     of `input`; responses_compaction.py); off, both are refused as a provider without them
     refuses them (a 404, a 400), and so is any `compaction` item in `input`."""
+    messages_count_tokens: bool = True
+    """Answer `POST /v1/messages/count_tokens` as Anthropic does; off, it is a 404, as from an
+    Anthropic-compatible provider without it (messages.py)."""
 
     # What the mock saw and did, for tests and benchmarks to read.
     requests: list[Recorded] = field(default_factory=list, init=False, repr=False)
@@ -115,6 +119,7 @@ class MockUpstream:
     _agent: Agent | None = field(default=None, init=False, repr=False)
     _recaller: Recaller = field(init=False, repr=False)
     _responses: ResponsesApi = field(default_factory=ResponsesApi, init=False, repr=False)
+    _messages: MessagesApi = field(default_factory=MessagesApi, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.agent is not None and self.default is not None:
@@ -126,7 +131,11 @@ class MockUpstream:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/responses", self._responses_endpoint, methods=["POST"]),
                 Route("/v1/responses/compact", self._compact_endpoint, methods=["POST"]),
+                Route("/v1/messages", self._messages_endpoint, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens_endpoint, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                # Claude Code probes its base URL before its first request.
+                Route("/", self._probe, methods=["HEAD"]),
                 Route(
                     "/v1/{path:path}",
                     self._echo,
@@ -299,6 +308,19 @@ class MockUpstream:
         recorded = await self._record(request)
         headers = _provider_headers(next(self._ids))
         return await self._responses.compact(self, recorded, await self._meter(), headers)
+
+    async def _messages_endpoint(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        return await self._messages.answer(self, recorded, await self._meter(), next(self._ids))
+
+    async def _count_tokens_endpoint(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        meter = await self._meter()
+        return await self._messages.count_tokens(self, recorded, meter, next(self._ids))
+
+    async def _probe(self, request: Request) -> Response:
+        await self._record(request)
+        return Response(status_code=200)
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

@@ -1,8 +1,9 @@
 """`compaction-proxy mock` (also `python -m proxy.mock_upstream`): the mock provider on its own.
 
 So anyone can try a client, the proxy or both with no key and no network: `MockUpstream`
-serves `/v1/chat/completions`, `/v1/responses` and `/v1/models` with uvicorn, until SIGINT or
-SIGTERM, which stop it cleanly (exit code 0). One line on stdout says where it listens and
+serves `/v1/chat/completions`, `/v1/responses`, `/v1/messages` (Anthropic's, with its
+`count_tokens`) and `/v1/models` with uvicorn, until SIGINT or SIGTERM, which stop it cleanly
+(exit code 0). One line on stdout says where it listens and
 what it plays; nothing else is printed unless something goes wrong.
 
 This module is a command, the top of the stack: it may use the demo's pieces (its coding
@@ -45,6 +46,7 @@ class Options:
     summary_quality: SummaryQuality = "good"
     latency_s: float = 0.0
     native_compaction: bool = False
+    count_tokens: bool = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,12 +73,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         metavar="N",
         help="context window in tokens: a longer request gets OpenAI's 400 "
-        "context_length_exceeded, and /v1/models lists it (default: none)",
+        "context_length_exceeded (Anthropic's 'prompt is too long' on /v1/messages), and "
+        "/v1/models lists it (default: none)",
     )
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="refuse broken tool-call pairing and parted reasoning items with OpenAI's 400s",
+        help="refuse broken tool-call pairing and parted reasoning items with OpenAI's 400s "
+        "(on /v1/messages Anthropic's: tool_use/tool_result pairing, the first role, cache "
+        "breakpoints, thinking signatures, missing key or version)",
     )
     parser.add_argument(
         "--agent",
@@ -95,6 +100,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="compact as OpenAI does: answer POST /v1/responses/compact and a "
         "compaction_trigger item (default: refuse both, as most providers do)",
+    )
+    parser.add_argument(
+        "--no-count-tokens",
+        dest="count_tokens",
+        action="store_false",
+        help="answer POST /v1/messages/count_tokens with a 404, as a provider without it "
+        "(default: count, as Anthropic does)",
     )
     parser.add_argument(
         "--latency",
@@ -116,6 +128,7 @@ def options_from(args: argparse.Namespace) -> Options:
         summary_quality=args.summary_quality,
         latency_s=args.latency,
         native_compaction=args.native_compaction,
+        count_tokens=args.count_tokens,
     )
 
 
@@ -148,6 +161,7 @@ def mock_for(options: Options) -> MockUpstream:
         summary_quality=options.summary_quality,
         latency_s=options.latency_s,
         native_compaction=options.native_compaction,
+        messages_count_tokens=options.count_tokens,
         # Only on /v1/responses, and only for a request that includes encrypted reasoning
         # (as Codex does): then every response opens with a reasoning item, as o-series do.
         responses_reasoning=True,
@@ -166,10 +180,12 @@ def describe(options: Options, base_url: str, models: tuple[str, ...]) -> str:
     ]
     if options.native_compaction:
         plays.append("native compaction")
+    if not options.count_tokens:
+        plays.append("no count_tokens")
     if options.latency_s:
         plays.append(f"{options.latency_s:g} s latency")
     return (
-        f"compaction-proxy mock: an OpenAI-compatible provider at {base_url} "
+        f"compaction-proxy mock: an OpenAI- and Anthropic-compatible provider at {base_url} "
         f"(model {', '.join(models)}; {', '.join(plays)}); Ctrl-C stops it"
     )
 

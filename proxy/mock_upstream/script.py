@@ -31,6 +31,9 @@ class Reply:
     hold: asyncio.Event | None = None
     # Streams keep producing a chunk every `chunk_delay_s` until the client goes away.
     endless: bool = False
+    # On /v1/messages, a stream that fails after its first delta with this `error` event's
+    # error (Anthropic's `{"type": "overloaded_error", "message": "Overloaded"}`, say).
+    stream_error: JSON | None = None
 
 
 @dataclass(frozen=True, slots=True)
