@@ -102,7 +102,8 @@ def image_tokens(width: int, height: int) -> int:
     scale = min(1.0, IMAGE_MAX_EDGE / max(width, height))
     scale = min(scale, math.sqrt(IMAGE_MAX_PIXELS / (width * height)))
     pixels = (width * scale) * (height * scale)
-    return max(1, math.ceil(pixels / IMAGE_PIXELS_PER_TOKEN))
+    # Rounded first: a scaled size's float error must not cost a token more than the cap.
+    return max(1, math.ceil(round(pixels / IMAGE_PIXELS_PER_TOKEN, 6)))
 
 
 def image_size(data: str) -> tuple[int, int] | None:
