@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import anthropic
-import httpx
+import httpx2
 import pytest
 
 from proxy.core.anthropic_errors import (
@@ -70,15 +70,15 @@ def test_the_cannot_fit_answer_reads_as_the_provider_s_overflow() -> None:
 def test_the_anthropic_sdk_reads_the_message_and_the_type() -> None:
     body = error_body(400, prompt_too_long(9, 8))
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(400, json=body)
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(400, json=body)
 
-    transport = httpx.MockTransport(answer)
+    transport = httpx2.MockTransport(answer)
     client = anthropic.Anthropic(
         api_key="k",
         base_url="http://proxy",
         max_retries=0,
-        http_client=httpx.Client(transport=transport),
+        http_client=httpx2.Client(transport=transport),
     )
     with pytest.raises(anthropic.BadRequestError) as raised:
         client.messages.create(
