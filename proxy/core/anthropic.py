@@ -36,8 +36,8 @@ every request (Claude Code marks the last block of the last message), so a messa
 carried one would not be the same message on the next request, and no checkpoint would
 match it; nor may a marker stored with a checkpoint come back on a later request. The view
 keeps the request's own markers apart (`MARKS`), and `messages_body` puts each back on the
-block it was on when that block is forwarded (the very block of this request, else an
-equal one: a checkpoint's copy), on the latest match.
+block it was on when that block is forwarded (the very block of this request, or the
+block of a checkpoint's copy of its whole message: `proxy.core.anthropic_cache`).
 
 `messages_body` writes what the core kept and enforces what the API requires:
 
@@ -65,7 +65,7 @@ trimmed tool result, a note merged into a user message) keeps its other fields a
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -292,9 +292,21 @@ def messages_body(view: Mapping[str, Any], messages: Sequence[Message]) -> dict[
             rest.append(message)
     # The messages the core kept are the very dicts `chat_view` made: their blocks are
     # given back as they came without deriving each message again to find it unchanged.
-    kept = {id(message) for message in view.get("messages", ())}
-    body["messages"] = to_wire(rest, kept=kept, marks=marks)
+    given = view.get("messages", ())
+    kept = {id(message) for message in given}
+    owners = [message for message in given if marks.holds(_carried(message))]
+    body["messages"] = to_wire(marks.current(rest, owners), kept=kept, marks=marks)
     return limited(marks.restored(body))
+
+
+def _carried(message: Message) -> Iterator[object]:
+    """The blocks (and a tool message's source) a chat message `to_messages` made carries."""
+    content = message.get("content")
+    yield from map(_block, content if isinstance(content, list) else ())
+    source = message.get(SOURCE)
+    yield source
+    for turn in source if isinstance(source, list) else ():
+        yield from turn["content"] if isinstance(turn["content"], list) else ()
 
 
 def to_wire(

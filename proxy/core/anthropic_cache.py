@@ -7,8 +7,10 @@ kept apart as `[stripped, original, source]` triples and put back here:
 
 - on the very block of this request each was on (the block forwarded unchanged), or on the
   result the core rebuilt from that block (a trimmed tool result keeps its marker);
-- else on an equal block (a checkpoint's copy of it), the latest one: a marker belongs to
-  the prefix the client asked to cache, which ends at its latest occurrence;
+- a message forwarded from a checkpoint that equals one of the request's messages holding a
+  marker is that message: the request's own is forwarded in its place (the latest copy),
+  so its markers are found. An equal block in another message is not taken for the marked
+  one: it may be another block, which the client did not mark;
 - a block the core dropped loses its marker with it.
 
 The API refuses more than `MAX_BREAKPOINTS` markers in a request. Past four, the earliest
@@ -19,7 +21,7 @@ is the one that must stay where the client put it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 MAX_BREAKPOINTS: Final = 4
@@ -59,25 +61,34 @@ class Marks:
             return block  # only its inner blocks were marked, and its content is new
         return {**block, "cache_control": original["cache_control"]}
 
+    def current(self, forwarded: Sequence[Any], owners: Sequence[Any]) -> list[Any]:
+        """`forwarded` with a checkpoint's copy of an owner (a message of the request that
+        holds a marked block, see `holds`) replaced by the owner itself, so that its blocks
+        are found: the latest copy, once. Only a whole equal message stands for the
+        request's: an equal block elsewhere may be another one, which the client did not
+        mark."""
+        out = list(forwarded)
+        taken: set[int] = set()
+        for index in range(len(out) - 1, -1, -1):
+            message = out[index]
+            for owner in owners:
+                if id(owner) not in taken and (message is owner or message == owner):
+                    out[index] = owner
+                    taken.add(id(owner))
+                    break
+        return out
+
+    def holds(self, values: Iterable[object]) -> bool:
+        """Whether any of `values` (a message's blocks) is a marked block or its source."""
+        return any(id(value) in self._index for value in values)
+
     def restored(self, body: dict[str, Any]) -> dict[str, Any]:
-        """`body` with every marker not yet placed on its block (see the module's doc)."""
-        spots = list(_top_blocks(body))
-        chosen: dict[Path, Any] = {}
-        for path, block in spots:
+        """`body` with every marker not yet placed back on its very block."""
+        for path, block in list(_top_blocks(body)):
             index = self._find(block, 0)
             if index is not None:
-                chosen[path] = self._triples[index][1]
                 self._used.add(index)
-        for index, (stripped, original, _) in enumerate(self._triples):
-            if index in self._used:
-                continue
-            for path, block in reversed(spots):
-                if path not in chosen and block == stripped:
-                    chosen[path] = original
-                    self._used.add(index)
-                    break
-        for path, block in chosen.items():
-            body = _set(body, path, block)
+                body = _set(body, path, self._triples[index][1])
         return body
 
 

@@ -23,8 +23,8 @@ from proxy.core.anthropic import (
     to_wire,
 )
 from proxy.core.anthropic_count import BLOCK
-from proxy.core.splice import merge_text, opening_note
-from proxy.core.summary import marker
+from proxy.core.splice import merge_text
+from proxy.core.summary import marker, opening_note
 from proxy.core.tokens import ApproximateEncoder, TokenCounter
 from proxy.core.tool_results import clear
 from proxy.core.units import UnitKind, group_units, is_well_formed
@@ -472,3 +472,9 @@ def test_the_provider_compacts_when_an_edit_clears_tool_uses_or_compacts(
     if management is not None:
         body["context_management"] = management
     assert provider_compacts(body) is provider
+
+
+def test_blocks_that_are_no_object_and_empty_conversations_pass_through() -> None:
+    body = body_of(user("odd", text("go")))
+    assert round_trip(body) == body
+    assert to_wire([]) == []

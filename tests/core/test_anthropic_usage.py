@@ -3,6 +3,7 @@ plus what the cache read and wrote."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -52,28 +53,26 @@ def test_a_response_s_usage() -> None:
     assert response_usage([1]) is None
 
 
-STREAM = b"""event: message_start
-data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":120,"cache_creation_input_tokens":2000,"cache_read_input_tokens":30000,"output_tokens":1}}}
+def sse(kind: str, **data: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
-event: content_block_start
-data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
 
-event: ping
-data: {"type": "ping"}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}
-
-event: content_block_stop
-data: {"type":"content_block_stop","index":0}
-
-event: message_delta
-data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":55,"cache_read_input_tokens":null}}
-
-event: message_stop
-data: {"type":"message_stop"}
-
-"""
+START_USAGE = {**USAGE, "output_tokens": 1}
+STREAM = b"".join(
+    [
+        sse("message_start", message={"id": "msg_1", "role": "assistant", "usage": START_USAGE}),
+        sse("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+        sse("ping"),
+        sse("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi"}),
+        sse("content_block_stop", index=0),
+        sse(
+            "message_delta",
+            delta={"stop_reason": "end_turn"},
+            usage={"output_tokens": 55, "cache_read_input_tokens": None},
+        ),
+        sse("message_stop"),
+    ]
+)
 
 
 def events() -> list[dict[str, Any]]:
