@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from proxy.core.anthropic_count import BLOCK, block_tokens
 from proxy.core.digests import Digests, digest
 from proxy.core.messages import leading_instructions, role, text, tool_calls
 from proxy.core.responses import ATTACHED
@@ -109,6 +110,9 @@ def _piece_tokens(piece: str) -> int:
 
 O200K_BASE: Final = "o200k_base"
 CL100K_BASE: Final = "cl100k_base"
+APPROXIMATE: Final = "approximate"
+"""Not a tiktoken encoding: `ApproximateEncoder`, for model families with no public
+tokenizer (Claude), whose counts run above o200k_base's (the encoder errs high there too)."""
 DEFAULT_ENCODING: Final = O200K_BASE
 """Unknown models get the newest OpenAI encoding: most new models are counted closest by it."""
 
@@ -128,6 +132,7 @@ ENCODINGS: Final[tuple[tuple[str, str], ...]] = (
     ("gpt-35", CL100K_BASE),  # Azure's spelling of gpt-3.5
     ("text-embedding-3", CL100K_BASE),
     ("text-embedding-ada", CL100K_BASE),
+    ("claude", APPROXIMATE),
 )
 """Model-name prefixes and the tiktoken encoding of each family."""
 
@@ -437,6 +442,9 @@ class TokenCounter:
             return self._value(part["refusal"])
         if kind == ATTACHED and _is_reasoning(part.get("item")):
             return self._reasoning(part["item"])
+        if kind == BLOCK:
+            # A Messages API block (`proxy.core.anthropic`): images, documents, thinking.
+            return block_tokens(part.get("block"), self._value)
         # An unknown part type counts as its JSON: some cost, rather than none.
         return self._value(part)
 

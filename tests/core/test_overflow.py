@@ -986,3 +986,131 @@ def test_responses_api_overflow(status: int, body: str | bytes) -> None:
 )
 def test_responses_api_look_alikes_are_not_overflow(status: int, body: str | bytes) -> None:
     assert not classify(status, body).overflow
+
+
+# --- The Messages API (`/v1/messages`) and Anthropic-compatible servers ----------------------
+
+
+def anthropic_error(message: str, kind: str = "invalid_request_error", **extra: object) -> str:
+    """An Anthropic-shaped error body around `message`."""
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}, **extra})
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "numbers"),
+    [
+        # The window a request with the 1M beta has: learned from the message.
+        (
+            400,
+            anthropic_error("prompt is too long: 1048577 tokens > 1000000 maximum"),
+            PROMPT,
+            stated(prompt_tokens=1_048_577, limit=1_000_000),
+        ),
+        # Vertex AI (its request ids start req_vrtx_), broken over lines as Claude Code shows it.
+        (
+            400,
+            anthropic_error(
+                "input length and `max_tokens` exceed context limit: 193125 + 21333 >\n 200000, "
+                "decrease input \n    length or `max_tokens` and try again",
+                request_id="req_vrtx_011CWscdZLbCzvTdKUeranGy",
+            ),
+            TOTAL,
+            stated(prompt_tokens=193_125, limit=200_000, requested_output=21_333),
+        ),
+        # Bedrock's Claude, in Bedrock's own envelope.
+        (
+            400,
+            json.dumps({"message": "prompt is too long: 215000 tokens > 200000 maximum"}),
+            PROMPT,
+            stated(prompt_tokens=215_000, limit=200_000),
+        ),
+        (
+            400,
+            json.dumps({"message": "Input is too long for requested model."}),
+            UNSTATED,
+            stated(),
+        ),
+        # Moonshot's Anthropic-compatible endpoint words it as its OpenAI one does.
+        (
+            400,
+            anthropic_error(
+                "Invalid request: Your request exceeded model token limit: 262144 "
+                "(requested: 300000)"
+            ),
+            PROMPT,
+            stated(prompt_tokens=300_000, limit=262_144),
+        ),
+        # A Claude Code proxy in front of a local GLM relays the server's error as a repr.
+        (
+            400,
+            json.dumps(
+                {
+                    "detail": "Error code: 400 - {'object': 'error', 'message': \"The input "
+                    "(233781 tokens) is longer than the model's context length (202752 tokens).\", "
+                    "'type': 'BadRequestError', 'param': None, 'code': 400}"
+                }
+            ),
+            PROMPT,
+            stated(prompt_tokens=233_781, limit=202_752),
+        ),
+        # A local server's Anthropic endpoint (mlx-serve), with no numbers.
+        (400, anthropic_error("Prompt exceeds maximum context length"), UNSTATED, stated()),
+    ],
+    ids=["anthropic-1m", "vertex", "bedrock", "bedrock-bare", "moonshot", "glm-relay", "mlx"],
+)
+def test_messages_api_overflow(
+    status: int, body: str, kind: Kind, numbers: dict[str, int | None]
+) -> None:
+    verdict = classify(status, body)
+    assert (verdict.kind, numbers_of(verdict)) == (kind, numbers)
+    assert verdict.compaction_can_fix
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (
+            400,
+            anthropic_error("A maximum of 4 blocks with cache_control may be provided. Found 5."),
+        ),
+        (
+            400,
+            anthropic_error(
+                "messages.1.content.0.thinking.signature: Invalid `signature` in `thinking` block"
+            ),
+        ),
+        (
+            400,
+            anthropic_error(
+                "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+                "documentation at https://docs.claude.com/en/docs/build-with-claude/"
+                "extended-thinking#max-tokens-and-context-window-size"
+            ),
+        ),
+        (400, anthropic_error("messages: text content blocks must be non-empty")),
+        (
+            400,
+            anthropic_error(
+                "Your credit balance is too low to access the Anthropic API. Please go to Plans "
+                "& Billing to upgrade or purchase credits."
+            ),
+        ),
+        (
+            429,
+            anthropic_error(
+                "Extra usage is required for long context requests.", "rate_limit_error"
+            ),
+        ),
+        # Mid-stream, the provider is overloaded: no event about the prompt.
+        (
+            200,
+            'event: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+            '"message":"Overloaded"}}\n\n',
+        ),
+    ],
+    ids=["breakpoints", "signature", "budget", "empty-text", "credit", "long-context", "stream"],
+)
+def test_messages_api_look_alikes_are_not_overflow(status: int, body: str) -> None:
+    verdict = classify(status, body)
+    assert not verdict.overflow
+    assert not verdict.compaction_can_fix

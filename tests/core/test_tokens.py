@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from proxy.core.messages import Message
 from proxy.core.tokens import (
+    APPROXIMATE,
     CL100K_BASE,
     FILE_TOKENS,
     IMAGE_HIGH_TOKENS,
@@ -107,6 +108,8 @@ def counter(encoder: WordEncoder) -> TokenCounter:
         ("gpt-35-turbo", CL100K_BASE),
         ("text-embedding-3-small", CL100K_BASE),
         ("text-embedding-ada-002", CL100K_BASE),
+        ("claude-sonnet-4-5-20250929", APPROXIMATE),
+        ("anthropic/claude-opus-4-7", APPROXIMATE),
         ("gpt-4x-experimental", O200K_BASE),  # a prefix only matches up to a separator
         ("Qwen/Qwen3-8B", O200K_BASE),  # unknown families get the default
         ("", O200K_BASE),
