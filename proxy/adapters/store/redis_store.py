@@ -684,6 +684,7 @@ class RedisStore:
     ) -> tuple[Any, _Unindexed | None]:
         """The reply of a script that counts a turn, run with the session's indexes when
         they are due; and why they could not be written, if so."""
+
         async def counted() -> Any:
             async with self._call() as call:
                 return await call.on(keys[0], lambda: self._script(script, keys, *args))
