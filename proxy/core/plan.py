@@ -350,6 +350,12 @@ class NeedsSummary:
         """The summarizer request for one part of the span (see `SummaryTask.request_for`)."""
         return self.task().request_for(part, previous)
 
+    def fact_sources(self) -> list[Message]:
+        """The messages whose facts `complete` checks the summary against. Finding them
+        ahead (`Mentions.facts`, where the summary is prepared) spares the compaction turn
+        that work: it was most of a summarizing turn's time, on the event loop."""
+        return _fact_sources(self._eviction.evicted, self.previous)
+
     def rolled(self, note: str) -> NeedsSummary:
         """This plan with `note` as the earlier summary instead of the one the conversation
         holds (the summary written later of what that one's compaction dropped)."""

@@ -37,9 +37,18 @@ from typing import Any
 
 from proxy.adapters.summarizer import Summarizable, Summarizer, SummaryFailedError, SummaryResult
 from proxy.core.breaker import Breaker
+from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
-from proxy.core.plan import Compacted, NeedsSummary, Situation, SummaryTask, plan_compaction
+from proxy.core.plan import (
+    Compacted,
+    NeedsSummary,
+    Plan,
+    Situation,
+    SummaryTask,
+    plan_compaction,
+)
 from proxy.core.prepared import covered, note_key, preparing
+from proxy.core.tokens import TokenCounter
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome
@@ -208,7 +217,7 @@ class Preparer:
             notes=notes,
             recall=turn.recall_scope,
         )
-        need = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
+        need = await turn.planned(lambda c, m: _planned(situation, c, m), background=True)
         if not isinstance(need, NeedsSummary):
             return
         keys = need.keys
@@ -414,3 +423,14 @@ def _parsed(raw: str) -> SummaryResult | None:
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+def _planned(situation: Situation, counter: TokenCounter, mentions: Mentions) -> Plan:
+    """The plan of a preparation, with the facts of its span found (and remembered) along:
+    the compaction at the trigger checks its summary against them, and finds them here
+    instead of finding them itself, on the event loop."""
+    plan = plan_compaction(situation, counter, mentions)
+    if isinstance(plan, NeedsSummary):
+        for message in plan.fact_sources():
+            mentions.facts(message)
+    return plan

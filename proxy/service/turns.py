@@ -149,9 +149,12 @@ class Turn:
         head = self.counter.messages(self.head) + self.counter.tools(self.tools_body())
         return fixed_share(self.budget, head)
 
-    async def planned(self, plan: Callable[[TokenCounter, Mentions], _T]) -> _T:
+    async def planned(
+        self, plan: Callable[[TokenCounter, Mentions], _T], *, background: bool = False
+    ) -> _T:
         """`plan(counter, mentions)`, a plan of this turn (the core's, pure): in a worker
-        thread when the request body is at least `OFF_LOOP_BYTES`, else right here.
+        thread when the request body is at least `OFF_LOOP_BYTES` or the plan is
+        `background` work, else right here.
 
         A large turn's plan counts what it cuts (a trimmed message's head and tail, the
         trimmed message), 0.6 to 1.5 s of tiktoken for a 2 MB message without whitespace:
@@ -159,8 +162,12 @@ class Turn:
         (`TokenCounter.apart`), whose new counts are cached here afterwards, so the counts
         of what is forwarded are found again; and so with what messages mention. A small
         turn plans on the loop: a thread hop would cost it more than the plan.
+
+        Background work (a preparation) waits for nobody: on the loop, its 5 to 10 ms
+        held up every request in flight meanwhile, the fleet's slowest ones. In a thread the
+        loop takes the interpreter back at each switch interval and goes on serving.
         """
-        if len(self.request.raw) < OFF_LOOP_BYTES:
+        if not background and len(self.request.raw) < OFF_LOOP_BYTES:
             return plan(self.counter, self.mentions)
         apart = self.counter.apart()
         mentions = self.mentions.apart()
