@@ -2,7 +2,8 @@
 
 It answers like a provider does, over real HTTP when served by uvicorn: chat completions
 (whole and as SSE, with content and tool-call deltas, usage, the provider's headers),
-the Responses API (`/v1/responses`, whole and as its event stream; see responses.py),
+the Responses API (`/v1/responses`, whole and as its event stream, and its token count
+`/v1/responses/input_tokens`; see responses.py),
 scripted errors, `/v1/models`, and an echo of any other `/v1/*` request. Every request it
 receives is recorded, so a test can check what the proxy actually forwarded.
 

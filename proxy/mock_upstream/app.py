@@ -126,6 +126,7 @@ class MockUpstream:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/responses", self._responses_endpoint, methods=["POST"]),
                 Route("/v1/responses/compact", self._compact_endpoint, methods=["POST"]),
+                Route("/v1/responses/input_tokens", self._input_tokens_endpoint, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route(
                     "/v1/{path:path}",
@@ -299,6 +300,11 @@ class MockUpstream:
         recorded = await self._record(request)
         headers = _provider_headers(next(self._ids))
         return await self._responses.compact(self, recorded, await self._meter(), headers)
+
+    async def _input_tokens_endpoint(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        headers = _provider_headers(next(self._ids))
+        return await self._responses.input_tokens(self, recorded, await self._meter(), headers)
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

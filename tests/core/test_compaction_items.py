@@ -132,7 +132,8 @@ def test_an_item_that_stands_for_nothing_goes() -> None:
 def test_several_items_each_expand_and_the_first_names_the_session() -> None:
     body = {"input": [ours("[1 earlier messages omitted]", session="a"), user(), ours()]}
     expansion = expand(body, SEALER)
-    assert expansion.body["input"][0] == block_item("[1 earlier messages omitted]", "assistant")
+    # No user message before it: the block is the user's side (strict templates open so).
+    assert expansion.body["input"][0] == block_item("[1 earlier messages omitted]", "user")
     assert expansion.body["input"][2] == block_item(BLOCK, "assistant")
     assert expansion.session == "a"
     assert len(expansion.notes) == 2
@@ -217,7 +218,8 @@ def test_each_item_becomes_exactly_its_block_and_nothing_else_moves(
         if index not in ours_at:
             wanted.append(item)
         elif (block := ours_at[index]) is not None:
-            wanted.append(block_item(block, "assistant"))
+            after_user = any(i.get("role") == "user" for i in wanted)
+            wanted.append(block_item(block, "assistant" if after_user else "user"))
     assert expanded == wanted
 
 
