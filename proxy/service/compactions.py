@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from proxy.adapters.summarizer import SummaryResult
 from proxy.core import jsoncodec
@@ -53,6 +53,10 @@ from proxy.service.outcome import Outcome
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
+USERS_SHARE: Final = 0.5
+"""The share of the room the compaction target leaves the conversation (after the
+instructions and tools) that the user messages given back verbatim may take: the block
+has the rest."""
 _JSON = ("content-type", "application/json")
 _EVENTS = ("content-type", "text/event-stream; charset=utf-8")
 
@@ -183,10 +187,22 @@ def _due(turn: Turn, tokens: int, threshold: int | None) -> bool:
 
 def _user_items(turn: Turn) -> list[Any]:
     """The user messages of the request's conversation, as the client sent them (a block
-    the proxy expanded into a user message is none of them)."""
+    the proxy expanded into a user message is none of them): the latest, and those before
+    it that fit in `USERS_SHARE` of what the compaction target leaves the conversation. The
+    older ones are in the block's ledger, verbatim: given back whole, a long conversation's
+    user messages alone would fill the window after every compaction."""
     messages = turn.request.messages
     users = (m for m in messages if role(m) == "user" and not _expanded(turn, m))
-    return user_items([item for message in users for item in message.get(ITEMS, [message])])
+    items = user_items([item for message in users for item in message.get(ITEMS, [message])])
+    counter = turn.counter
+    head = counter.messages(turn.head) + counter.tools(turn.tools_body())
+    room = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed)) - head
+    budget, kept = room * USERS_SHARE, 0
+    for index in range(len(items) - 1, -1, -1):
+        kept += counter.messages(to_messages(items[index : index + 1]))
+        if kept > budget and index < len(items) - 1:
+            return items[index + 1 :]
+    return items
 
 
 def _expanded(turn: Turn, message: Message) -> bool:
