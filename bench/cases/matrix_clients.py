@@ -104,6 +104,8 @@ class MatrixClient:
     """The id of the call each of the workload's files answered, by its path."""
     first_calls: list[int] = field(default_factory=list)
     """The model calls made before each user turn."""
+    mark: int = 0
+    """Where the running turn's items begin in the history (what abandoning it drops)."""
     compacted_at: list[int] = field(default_factory=list)
     """How many requests had been forwarded when the client compacted, each time."""
     condensed: set[str] = field(default_factory=set)
@@ -113,7 +115,7 @@ class MatrixClient:
         """One user turn: send, run the requested tools, repeat until the model answers."""
         self.first_calls.append(self.cell.model_calls)
         self.finals.append("")
-        mark = len(self.history)
+        self.mark = len(self.history)
         self.history.append(self._user(turn.text))
         ran: list[str] = []
         self.calls.append(ran)
@@ -127,10 +129,10 @@ class MatrixClient:
                 calls = await self._complete()
             except (openai.APIError, StreamFailedError) as exc:
                 self._failed(exc)
-                del self.history[mark:]  # the turn is abandoned, as an agent would
+                del self.history[self.mark :]  # the turn is abandoned, as an agent would
                 return
             if self._unknown(calls):
-                del self.history[mark:]
+                del self.history[self.mark :]
                 return
             self.cell.extra_rounds += bool(calls) and len(ran) >= len(turn.tool_tokens)
             if not calls:
@@ -140,7 +142,7 @@ class MatrixClient:
                 # A proxy that keeps hiding the turn's first rounds would keep the agent
                 # running them again for ever: it gives up on the turn instead.
                 self.cell.abandoned_turns += 1
-                del self.history[mark:]
+                del self.history[self.mark :]
                 return
             for call in calls:
                 self.tools_run += 1
@@ -427,6 +429,9 @@ class CompactingResponsesClient(ResponsesClient):
             if item.get("type") == "function_call" and json.dumps(item, sort_keys=True) not in kept
         }
         self.history = output
+        # The running turn's user message is in the output now: an abandoned turn drops
+        # only what it added since.
+        self.mark = len(output)
         self.compacted_at.append(len(self.forwarded()))
         self.cell.client_compactions += 1
         self._grown = False
