@@ -189,8 +189,9 @@ def _user_items(turn: Turn) -> list[Any]:
     """The user messages of the request's conversation, as the client sent them (a block
     the proxy expanded into a user message is none of them): the latest, and those before
     it that fit in `USERS_SHARE` of what the compaction target leaves the conversation. The
-    older ones are in the block's ledger, verbatim: given back whole, a long conversation's
-    user messages alone would fill the window after every compaction."""
+    older ones are condensed in the block (its ledger keeps what they state verbatim, the
+    summary the rest): given back whole, a long conversation's user messages alone would
+    fill the window after every compaction."""
     messages = turn.request.messages
     users = (m for m in messages if role(m) == "user" and not _expanded(turn, m))
     items = user_items([item for message in users for item in message.get(ITEMS, [message])])

@@ -107,3 +107,15 @@ async def test_a_stream_cut_anywhere_gets_its_item_first() -> None:
     completed = json.loads(out.split(b"\n\n")[2].split(b"data: ")[1])
     assert completed["response"]["output"] == [item]
     assert completed["sequence_number"] == 2
+
+
+async def test_a_long_conversations_older_user_messages_are_left_to_the_block() -> None:
+    words = "keep the parser in crates/parse and the tests green. " * 12
+    items = [user(f"Step {i}: {words}") for i in range(8)]
+    async with running(SMALL) as proxy:
+        reply = await proxy.ask(body(items), path="responses/compact")
+        *users, item = json.loads(await read(reply))["output"]
+    assert users == items[-len(users) :]
+    assert 1 <= len(users) < len(items)  # the latest ones: half the room at the target
+    block = SEALER.open(item["encrypted_content"]).block or ""
+    assert block.startswith("[Earlier turns of this conversation were condensed: 7 messages")
