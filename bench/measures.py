@@ -306,11 +306,17 @@ class CellResult:
     """The provider's prompt tokens of each request before the first question."""
     tool_tokens: int = 0
     """What offering `context_recall` adds to a request: its schema, our count."""
+    client_compacts: bool = False
+    """Whether the client compacted its own history through `/v1/responses/compact` (as
+    Codex does), besides the proxy's compactions."""
+    client_compactions: int = 0
+    """How many times it did."""
 
     @property
     def name(self) -> str:
         workload = f"{self.workload} {self.strategy}" if self.strategy else self.workload
         variant = (" streamed" if self.stream else "") + ("" if self.recall else " recall off")
+        variant += " client-compacting" if self.client_compacts else ""
         return f"{self.window // 1024}k {workload}{variant} {self.summarizer} ({self.api})"
 
     @property

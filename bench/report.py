@@ -294,10 +294,12 @@ def _sessions(run: Run) -> list[str]:
 
 def _title(cell: CellResult) -> str:
     """The cell's workload as the tables name it, with the strategy its proxy ran and how
-    the cell differs from the others of its workload (streamed, recall off)."""
+    the cell differs from the others of its workload (streamed, recall off, the client
+    compacting)."""
     title = TITLES.get(cell.workload, cell.workload)
     title = f"{title}, `{cell.strategy}`" if cell.strategy else title
-    return title + (", streamed" if cell.stream else "") + ("" if cell.recall else ", recall off")
+    title += (", streamed" if cell.stream else "") + ("" if cell.recall else ", recall off")
+    return title + (", client compacting" if cell.client_compacts else "")
 
 
 def _matrix_row(cell: CellResult) -> list[str]:

@@ -429,15 +429,25 @@ def cell_misses(cell: CellResult) -> list[str]:
     return [t.short for t in MATRIX_TARGETS if t.applies(cell) and t.check(cell)[0] is False]
 
 
-API_NAMES = {"chat": "chat completions", "responses": "Responses API"}
+API_NAMES = {
+    "chat": "chat completions",
+    "responses": "Responses API",
+    "responses+compact": "Responses API, the client compacting through /v1/responses/compact",
+}
+
+
+def api_of(cell: CellResult) -> str:
+    """The API a cell's targets are judged under: the Responses cells whose client compacts
+    its own history (as Codex does) apart from the others."""
+    return f"{cell.api}+compact" if cell.client_compacts else cell.api
 
 
 def matrix_verdicts(cells: list[CellResult]) -> list[Verdict]:
     """The matrix's targets per API, each judged per cell (a miss in any cell misses it)."""
     verdicts = []
-    for api in dict.fromkeys(cell.api for cell in cells):
+    for api in dict.fromkeys(api_of(cell) for cell in cells):
         for target in MATRIX_TARGETS:
-            judged = [cell for cell in cells if cell.api == api and target.applies(cell)]
+            judged = [cell for cell in cells if api_of(cell) == api and target.applies(cell)]
             if judged:
                 name = f"matrix, {API_NAMES.get(api, api)}: {target.name}"
                 requirement = target.requirement.format(target=judged[0].target)

@@ -27,7 +27,11 @@ MATRIX_TARGETS = (
     "requests per compaction, 8k tool-heavy agent",
     "user-stated rules, constraints, facts, goals, preferences kept",
 )
-APIS = ("chat completions", "Responses API")
+APIS = (
+    "chat completions",
+    "Responses API",
+    "Responses API, the client compacting through /v1/responses/compact",
+)
 
 
 def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Path) -> None:
@@ -76,7 +80,7 @@ def _assert_matrix(report: str) -> None:
     workloads = {"tool-heavy agent", "chatty assistant", "typed statements"}
     assert {(row[1], row[3]) for row in rows} == {
         (workload, api) for workload in workloads for api in ("chat", "responses")
-    }
+    } | {(f"{workload}, client compacting", "responses") for workload in workloads}
     for row in rows:
         calls, errors, refusals = int(row[4]), int(row[14]), int(row[15])
         assert calls > 0, row

@@ -17,6 +17,11 @@ to `Size.matrix_history` windows, in at most `Size.matrix_max_calls` model calls
 32k, model and tool output grow with the window instead (`bulk`), so that a 128k cell
 compacts several times in about as many calls as a 32k one.
 
+Every Responses cell runs once more with a client that compacts its own history as Codex
+does (`client_compacts`): once its count of its history passes 90 % of the window, it calls
+`POST /v1/responses/compact` through the proxy and goes on from the output (the user
+messages and the proxy's compaction item); the proxy's own compactions go on beside it.
+
 Not every workload runs at every window (`windows_of`): the labelled statements and the
 tool-only identifiers at the run's windows up to 32k; the oversized newest result and the
 fixed-heavy agent at 16k, where clients met them, whatever the run's size. The oversized
@@ -42,7 +47,13 @@ import yaml
 
 from bench import forwarded
 from bench import recall as recall_judge
-from bench.cases.matrix_clients import CLIENTS, MODEL, MatrixClient, flat_tools
+from bench.cases.matrix_clients import (
+    CLIENTS,
+    MODEL,
+    CompactingResponsesClient,
+    MatrixClient,
+    flat_tools,
+)
 from bench.cases.session import _served
 from bench.config import Api, Size
 from bench.measures import Answer, CellResult, Check
@@ -93,11 +104,14 @@ class CellSpec:
     """Every answer streamed."""
     recall: bool = True
     """The proxy's `context.recall` (False: configured off)."""
+    client_compacts: bool = False
+    """The client compacts its own history through `/v1/responses/compact` (Responses)."""
 
     @property
     def slug(self) -> str:
         workload = f"{self.workload}-{self.strategy}" if self.strategy else self.workload
         workload += ("-streamed" if self.stream else "") + ("" if self.recall else "-recall-off")
+        workload += "-client-compact" if self.client_compacts else ""
         return f"matrix-{self.window}-{workload}-{self.summarizer}-{self.api}"
 
     @property
@@ -122,15 +136,17 @@ def _variants(workload: WorkloadKey) -> list[tuple[bool, bool]]:
 
 def cell_specs(size: Size, workloads: Sequence[WorkloadKey] = ()) -> list[CellSpec]:
     """The cells a run of `size` measures (of `workloads` only, when given), window by
-    window; each API's run of a cell next to the other's."""
+    window; each API's run of a cell next to the other's, and a Responses cell's next to
+    its twin whose client compacts through `/v1/responses/compact`."""
     cells = [
-        CellSpec(window, workload, summarizer, api, strategy, stream, recall_on)
+        CellSpec(window, workload, summarizer, api, strategy, stream, recall_on, compacts)
         for workload in workloads or size.matrix_workloads
         for window in windows_of(workload, size)
         for strategy in (STRATEGIES if workload in EVERY_STRATEGY else (None,))
         for summarizer in size.matrix_summarizers
         for stream, recall_on in _variants(workload)
         for api in size.matrix_apis
+        for compacts in ((False, True) if api == "responses" else (False,))
     ]
     return sorted(cells, key=lambda spec: spec.window)  # stable: workloads in order
 
@@ -244,14 +260,16 @@ def _judge_forwarded(client: MatrixClient, bodies: list[Any]) -> None:
     requests = [client.messages(body) for body in bodies]
     if workload.running_turn:
         texts = [turn.text for turn in workload.turns]
-        cell.running_user, cell.running_rounds = forwarded.running_turn(
-            requests, texts, client.calls
-        )
+        # The rounds the client's own compactions took out of its history are not sent.
+        sent = [[c for c in ids if c not in client.condensed] for ids in client.calls]
+        cell.running_user, cell.running_rounds = forwarded.running_turn(requests, texts, sent)
     listing = workload.turns[0].texts[0] if workload.result_items else None
     if listing and client.calls and client.calls[0]:
-        # The first request is the one the result answers: every later one must carry it.
+        # The first request is the one the result answers: every later one must carry it,
+        # until the client's own compaction takes it out of the history it sends.
+        until = min(client.compacted_at, default=len(requests))
         cell.result_cut = forwarded.result_cut(
-            requests[1:],
+            requests[1:until],
             client.calls[0][0],
             workload.result_items,
             client.counter.message,
@@ -284,6 +302,7 @@ async def run_cell(
         strategy=spec.strategy,
         stream=spec.stream,
         recall=spec.recall,
+        client_compacts=spec.client_compacts,
     )
     upstream = MockUpstream(
         window=spec.window,
@@ -308,9 +327,8 @@ async def run_cell(
             async with openai.AsyncOpenAI(
                 api_key="sk-bench", base_url=proxy.base_url, max_retries=0, timeout=120
             ) as sdk:
-                client = CLIENTS[spec.api](
-                    sdk, workload, upstream, counter, cell, stream=spec.stream
-                )
+                kind = CompactingResponsesClient if spec.client_compacts else CLIENTS[spec.api]
+                client = kind(sdk, workload, upstream, counter, cell, stream=spec.stream)
                 await _drive(client, progress)
                 cell.history_tokens = client.history_tokens()
         finally:

@@ -12,6 +12,11 @@ model's output and each tool's result (the sizes the workload planned), until it
   (reasoning items with their `encrypted_content` included: the request asks for it), tool
   results `function_call_output` items; tools in the Responses API's flat form.
 
+- `CompactingResponsesClient`: the same, compacting its own history as Codex does: when its
+  count of what it would send next passes `COMPACT_AT` of the window, it calls
+  `client.responses.compact` (through the proxy, which answers it) and goes on from the
+  output, the user's messages and one compaction item, in place of its history.
+
 With `stream`, every answer is streamed and added up as a client does
 (`proxy.demo.streams`). A tool call for a tool the client never offered (the proxy's own
 `context_recall`, leaked) is counted, and the turn given up: a client's loop fails on it.
@@ -45,6 +50,9 @@ _FALLBACK_TOOL_TOKENS: Final = 200
 """A tool result in a turn the plan gave none (the chatty workload offers no tools)."""
 _ROUNDS_CAP: Final = 2
 """A turn's tool rounds stop at this many times its planned rounds (plus 2)."""
+COMPACT_AT: Final = 0.9
+"""The share of the window at which the compacting client compacts: Codex's default
+(`model_auto_compact_token_limit`, 90 % of `model_context_window`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +104,18 @@ class MatrixClient:
     """The id of the call each of the workload's files answered, by its path."""
     first_calls: list[int] = field(default_factory=list)
     """The model calls made before each user turn."""
+    mark: int = 0
+    """Where the running turn's items begin in the history (what abandoning it drops)."""
+    compacted_at: list[int] = field(default_factory=list)
+    """How many requests had been forwarded when the client compacted, each time."""
+    condensed: set[str] = field(default_factory=set)
+    """The tool calls the client's own compactions took out of its history."""
 
     async def turn(self, turn: UserTurn) -> None:
         """One user turn: send, run the requested tools, repeat until the model answers."""
         self.first_calls.append(self.cell.model_calls)
         self.finals.append("")
-        mark = len(self.history)
+        self.mark = len(self.history)
         self.history.append(self._user(turn.text))
         ran: list[str] = []
         self.calls.append(ran)
@@ -115,10 +129,10 @@ class MatrixClient:
                 calls = await self._complete()
             except (openai.APIError, StreamFailedError) as exc:
                 self._failed(exc)
-                del self.history[mark:]  # the turn is abandoned, as an agent would
+                del self.history[self.mark :]  # the turn is abandoned, as an agent would
                 return
             if self._unknown(calls):
-                del self.history[mark:]
+                del self.history[self.mark :]
                 return
             self.cell.extra_rounds += bool(calls) and len(ran) >= len(turn.tool_tokens)
             if not calls:
@@ -128,7 +142,7 @@ class MatrixClient:
                 # A proxy that keeps hiding the turn's first rounds would keep the agent
                 # running them again for ever: it gives up on the turn instead.
                 self.cell.abandoned_turns += 1
-                del self.history[mark:]
+                del self.history[self.mark :]
                 return
             for call in calls:
                 self.tools_run += 1
@@ -384,6 +398,52 @@ class ResponsesClient(MatrixClient):
     def messages(body: Any) -> list[Message]:
         messages: list[Message] = chat_view(body)["messages"]
         return messages
+
+
+class CompactingResponsesClient(ResponsesClient):
+    """The Responses client, compacting its own history through `/v1/responses/compact`
+    before a call once its count of it passes `COMPACT_AT` of the window."""
+
+    _grown: bool = False
+    """Whether the history grew by a model call since the client last compacted it."""
+    _pending: str | None = None
+    """What the proxy said it did at the client's last compaction, until an answer lands."""
+
+    async def _complete(self) -> list[Call]:
+        if self._grown and self.history_tokens() >= COMPACT_AT * self.cell.window:
+            await self._compact()
+        self._grown = True
+        return await super()._complete()
+
+    async def _compact(self) -> None:
+        raw = await self.sdk.responses.with_raw_response.compact(
+            model=MODEL,
+            instructions=self.workload.system,
+            extra_body={"input": self.history},  # as `_complete` sends it (see there)
+        )
+        output: list[Any] = json.loads(raw.content)["output"]
+        kept = {json.dumps(item, sort_keys=True) for item in output}
+        self.condensed |= {
+            item["call_id"]
+            for item in self.history
+            if item.get("type") == "function_call" and json.dumps(item, sort_keys=True) not in kept
+        }
+        self.history = output
+        # The running turn's user message is in the output now: an abandoned turn drops
+        # only what it added since.
+        self.mark = len(output)
+        self.compacted_at.append(len(self.forwarded()))
+        self.cell.client_compactions += 1
+        self._grown = False
+        self._pending = raw.headers.get("x-compaction-applied", "none")
+
+    def _answered(self, headers: Any) -> None:
+        super()._answered(headers)
+        # The first answer after the client's compaction is where it landed: counted as a
+        # compaction (unless the proxy compacted that request too, which it then names).
+        pending, self._pending = self._pending, None
+        if pending is not None and self.cell.applied[-1] == "none":
+            self.cell.applied[-1] = f"client-{pending}"
 
 
 CLIENTS: Final[dict[Api, type[MatrixClient]]] = {"chat": ChatClient, "responses": ResponsesClient}

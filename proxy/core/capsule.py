@@ -90,10 +90,14 @@ class Capsule:
     """The session the compaction belongs to: its recall ids resolve there."""
     checkpoint: CheckpointRef | None = None
     model: str | None = None
+    covers_prior: bool = False
+    """Whether the item stands for every item before it but the instructions and the user's
+    messages: an automatic compaction's (`context_management`), after which a client may
+    drop everything before the item, or keep it all and send it back."""
 
     def to_json(self) -> dict[str, Any]:
         checkpoint = self.checkpoint
-        return {
+        data: dict[str, Any] = {
             "block": self.block,
             "role": self.role,
             "session": self.session,
@@ -102,6 +106,10 @@ class Capsule:
             else {"prefix_hash": checkpoint.prefix_hash, "covered": checkpoint.covered},
             "model": self.model,
         }
+        if self.covers_prior:
+            # Only when set: every item made before the key existed seals as it did.
+            data["covers_prior"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> Capsule:
@@ -114,7 +122,11 @@ class Capsule:
             raise ValueError("block, role or session of the wrong type")
         if not _optional_str(model):
             raise ValueError("model of the wrong type")
-        return cls(block, role, session, _checkpoint(data.get("checkpoint")), model)
+        covers_prior = data.get("covers_prior", False)
+        if not isinstance(covers_prior, bool):
+            raise ValueError("covers_prior of the wrong type")
+        checkpoint = _checkpoint(data.get("checkpoint"))
+        return cls(block, role, session, checkpoint, model, covers_prior)
 
 
 def _optional_str(value: object) -> bool:

@@ -11,15 +11,33 @@
 
 `usage` is what the compaction cost at the provider: the summary written for it, if one was
 (a summary prepared earlier was paid for then; a truncation costs nothing).
+
+The ids of these answers (`response_id`) say that the proxy made them: no provider stored
+them, so a later request that names one in `previous_response_id` is refused by the proxy
+with the reason (`proxy_response`), not forwarded to a provider that never saw it.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from proxy.core import jsoncodec
+
+RESPONSE_PREFIX: Final = "resp_compaction_proxy_"
+"""How the ids of the proxy's own answers begin."""
+
+
+def response_id() -> str:
+    """A new id for one of the proxy's answers."""
+    return f"{RESPONSE_PREFIX}{uuid.uuid4().hex}"
+
+
+def proxy_response(ident: str) -> bool:
+    """Whether `ident` names one of the proxy's own answers."""
+    return ident.startswith(RESPONSE_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,15 @@ from typing import Any
 
 from proxy.core import jsoncodec
 from proxy.core.capsule import Sealer
-from proxy.core.compaction_items import expand, trigger_at_end, without_trigger
+from proxy.core.compaction_items import (
+    Automatic,
+    automatic,
+    expand,
+    trigger_at_end,
+    without_management,
+    without_trigger,
+)
+from proxy.core.compaction_replies import proxy_response
 from proxy.core.messages import Message
 from proxy.core.responses import chat_view, responses_body
 from proxy.errors import InvalidRequestError
@@ -58,6 +66,9 @@ class ChatRequest:
     (expanded in place: `raw` and `body` hold the blocks)."""
     session: str | None = None
     """The session those items belong to (the request's when the client names none)."""
+    automatic: Automatic | None = None
+    """The compaction `context_management` asks for, when the proxy does it in the
+    provider's place: the field is out of `raw` and `body` then."""
 
     @property
     def model(self) -> str | None:
@@ -102,16 +113,20 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     return ChatRequest(raw=raw, body=body)
 
 
-def parse_responses_request(raw: bytes, sealer: Sealer | None = None) -> ChatRequest:
+def parse_responses_request(
+    raw: bytes, sealer: Sealer | None = None, *, manage: bool = False
+) -> ChatRequest:
     """Parse a Responses API body into its chat view. Raises `InvalidRequestError`.
 
     `input` may be absent (a stored prompt, or history on the provider's side) but must
     otherwise be a string or an array, as the API says; what the items hold is the
     provider's to judge (an item the proxy does not know is carried along untouched). The
     proxy's own compaction items are expanded (`proxy.core.compaction_items.expand`, with
-    `sealer`'s key); an input ending with `compaction_trigger` asks for a compaction.
+    `sealer`'s key); an input ending with `compaction_trigger` asks for a compaction. With
+    `manage` (the proxy compacts in the provider's place), `context_management` is read
+    into `ChatRequest.automatic` and taken out of what is forwarded.
     """
-    return _responses_request(raw, sealer, None)
+    return _responses_request(raw, sealer, None, manage=manage)
 
 
 def parse_compact_request(raw: bytes, sealer: Sealer | None = None) -> ChatRequest:
@@ -119,22 +134,30 @@ def parse_compact_request(raw: bytes, sealer: Sealer | None = None) -> ChatReque
     return _responses_request(raw, sealer, Compaction.COMPACT)
 
 
+def counted_body(raw: bytes, sealer: Sealer | None = None) -> bytes:
+    """The body of `POST /v1/responses/input_tokens` to forward: the proxy's compaction
+    items expanded (the provider counts the blocks they stand for, and could read none of
+    them), else the client's own bytes. Raises `InvalidRequestError` as the create does."""
+    body = _json_object(raw)
+    _check_input(body)
+    expansion = expand(body, sealer)
+    return raw if expansion.body is body else jsoncodec.dumps(dict(expansion.body))
+
+
 def _responses_request(
-    raw: bytes, sealer: Sealer | None, compaction: Compaction | None
+    raw: bytes, sealer: Sealer | None, compaction: Compaction | None, *, manage: bool = False
 ) -> ChatRequest:
     body = _json_object(raw)
-    given = body.get("input")
-    if given is not None and not isinstance(given, str | list):
-        raise InvalidRequestError(
-            "Invalid type for 'input': expected a string or an array of input items, "
-            f"but got a {_json_kind(given)}.",
-            param="input",
-        )
+    _check_input(body)
     expansion = expand(body, sealer)
-    if expansion.body is not body:
+    changed = expansion.body is not body
+    body = dict(expansion.body)
+    asked = automatic(body) if manage else None
+    if manage and "context_management" in body:
+        body, changed = without_management(body), True
+    if changed:
         # What is forwarded, even untouched, is the expanded body: no provider reads the
         # proxy's items. One serialization, so the block is the same bytes every time.
-        body = dict(expansion.body)
         raw = jsoncodec.dumps(body)
     if compaction is None and trigger_at_end(body):
         compaction, body = Compaction.TRIGGER, without_trigger(body)
@@ -145,7 +168,31 @@ def _responses_request(
         compaction=compaction,
         notes=expansion.notes,
         session=expansion.session,
+        automatic=None if compaction else asked,
     )
+
+
+def _check_input(body: dict[str, Any]) -> None:
+    """`input` of the API's type, and no `previous_response_id` the provider never saw."""
+    given = body.get("input")
+    if given is not None and not isinstance(given, str | list):
+        raise InvalidRequestError(
+            "Invalid type for 'input': expected a string or an array of input items, "
+            f"but got a {_json_kind(given)}.",
+            param="input",
+        )
+    previous = body.get("previous_response_id")
+    if isinstance(previous, str) and proxy_response(previous):
+        # A response the proxy answered itself (a compaction) is stored nowhere: forwarded,
+        # the provider would answer that it does not know it, without saying why.
+        raise InvalidRequestError(
+            f"Previous response with id '{previous}' not found: compaction-proxy answered "
+            "it itself (a compaction the provider never saw), and stores no response. Send "
+            "the conversation in 'input' instead: the items the compaction gave back (the "
+            "user messages and the compaction item), then the new ones.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

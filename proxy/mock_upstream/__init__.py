@@ -2,11 +2,11 @@
 
 It answers like a provider does, over real HTTP when served by uvicorn: chat completions
 (whole and as SSE, with content and tool-call deltas, usage, the provider's headers),
-the Responses API (`/v1/responses`, whole and as its event stream; see responses.py),
-Anthropic's Messages API (`/v1/messages` and its `count_tokens`, whole and as its event
-stream; see messages.py), scripted errors, `/v1/models`, `HEAD /` (Claude Code's probe), and
-an echo of any other `/v1/*` request. Every request it receives is recorded, so a test can
-check what the proxy actually forwarded.
+the Responses API (`/v1/responses`, whole and as its event stream, and its token count
+`/v1/responses/input_tokens`; see responses.py), Anthropic's Messages API (`/v1/messages` and
+its `count_tokens`, whole and as its event stream; see messages.py), scripted errors,
+`/v1/models`, `HEAD /` (Claude Code's probe), and an echo of any other `/v1/*` request. Every
+request it receives is recorded, so a test can check what the proxy actually forwarded.
 
 Replies are scripted with `MockUpstream.queue(Reply(...))`. With nothing queued, the answer
 is, in order: `MockUpstream.default` when one was given; the summarizer's summary for a

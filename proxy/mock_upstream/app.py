@@ -133,6 +133,7 @@ class MockUpstream:
                 Route("/v1/responses/compact", self._compact_endpoint, methods=["POST"]),
                 Route("/v1/messages", self._messages_endpoint, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens_endpoint, methods=["POST"]),
+                Route("/v1/responses/input_tokens", self._input_tokens_endpoint, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 # Claude Code probes its base URL before its first request.
                 Route("/", self._probe, methods=["HEAD"]),
@@ -321,6 +322,11 @@ class MockUpstream:
     async def _probe(self, request: Request) -> Response:
         await self._record(request)
         return Response(status_code=200)
+
+    async def _input_tokens_endpoint(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        headers = _provider_headers(next(self._ids))
+        return await self._responses.input_tokens(self, recorded, await self._meter(), headers)
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

@@ -144,6 +144,22 @@ class ResponsesApi:
         usage = _compaction_usage(prompt, item)
         return JSONResponse(compacted(self.new_id("resp"), items, item, usage), headers=headers)
 
+    async def input_tokens(
+        self, host: MockUpstream, recorded: Recorded, meter: Meter, headers: dict[str, str]
+    ) -> Response:
+        """`POST /v1/responses/input_tokens`: the prompt tokens a create of the same body
+        would bill (`usage.input_tokens`), its items checked as a create's are (no window:
+        the count is what a client asks to know whether it fits)."""
+        body = recorded.json()
+        try:
+            items = self._resolve(body)
+            check_compaction_items(items, native=host.native_compaction, made=self.compactions)
+        except Rejected as rejected:
+            return JSONResponse(rejected.body, status_code=rejected.status, headers=headers)
+        prompt = ResponsesMeter(meter).prompt(body, items)
+        answer = {"object": "response.input_tokens", "input_tokens": prompt}
+        return JSONResponse(answer, headers=headers)
+
     def _compacted_in_band(
         self,
         host: MockUpstream,

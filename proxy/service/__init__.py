@@ -37,6 +37,7 @@ from proxy.core.policy import ModelPolicies
 from proxy.core.request import (
     Api,
     ChatRequest,
+    counted_body,
     parse_chat_request,
     parse_compact_request,
     parse_responses_request,
@@ -50,7 +51,7 @@ from proxy.service import reports
 from proxy.service.access import Access, Stopwatch
 from proxy.service.chat import Answer, ChatForwarder
 from proxy.service.commands import ChatCommands
-from proxy.service.compactions import ClientCompactions
+from proxy.service.compactions import ClientCompactions, with_compaction_item
 from proxy.service.compactor import Compactor
 from proxy.service.memory import LEARNED_TTL_S, Memory
 from proxy.service.operator import Operator
@@ -166,13 +167,36 @@ class ProxyService:
     async def response(self, incoming: Incoming, raw: bytes) -> Reply:
         """The same for a Responses API request (`POST /v1/responses`); one whose `input`
         ends with `compaction_trigger` is a compaction request (see `compact`)."""
-        return await self._handle(incoming, raw, lambda r: parse_responses_request(r, self._sealer))
+        manage = self._compactions is not None
+        return await self._handle(
+            incoming, raw, lambda r: parse_responses_request(r, self._sealer, manage=manage)
+        )
 
     async def compact(self, incoming: Incoming, raw: bytes) -> Reply:
         """A compaction request (`POST /v1/responses/compact`): answered by the proxy, or
         forwarded untouched (`responses.compaction`; and always when the provider holds the
         history, `previous_response_id`). The reply names who in `x-compaction-handled-by`."""
         return await self._handle(incoming, raw, lambda r: parse_compact_request(r, self._sealer))
+
+    async def input_tokens(self, incoming: Incoming, raw: bytes) -> Reply:
+        """`POST /v1/responses/input_tokens`: forwarded with the proxy's compaction items
+        expanded into their blocks, which the provider counts (it could read none of the
+        items). What it counts is the input as the client sent it, not the proxy's view of
+        it after a compaction by pressure. Raises InvalidRequestError as a create would: an
+        item whose seal fails, a `previous_response_id` the proxy answered itself."""
+        watch = Stopwatch(self.metrics)
+        access = Access(action="input_tokens", method=incoming.method, path=incoming.path)
+        try:
+            access = replace(access, tenant=self.tenant_of(credentials_of(incoming)))
+            payload = counted_body(raw, self._sealer)
+            headers = upstream_request_headers(incoming.headers, api_key=self._api_key)
+            request = UpstreamRequest("POST", incoming.path, incoming.query, headers, payload)
+            response = await watch.headers(self._upstream.send(request))
+            reply = await watch.body(buffered(response))
+        except BaseException as exc:
+            watch.failed(access, exc)
+            raise
+        return watch.relay(reply, access)
 
     async def _handle(
         self, incoming: Incoming, raw: bytes, parse: Callable[[bytes], ChatRequest]
@@ -203,23 +227,39 @@ class ProxyService:
                     reply = await self._untouched(incoming, request, watch)
                     reply = self._then(reply, lambda: self._archive(turn))
                 else:
-                    outcome = await self._compacted(turn)
+                    turn, handled = self._automatic(turn)
+                    access = replace(access, turn=turn, compaction_by=handled)
+                    outcome, item = await self._compacted(turn)
                     access = replace(access, outcome=outcome)
                     self._check_fits(turn, outcome)
                     answer = await self._chat.forward(turn, outcome, watch)
                     access = replace(access, outcome=answer.outcome)
-                    reply = self._answered(turn, answer)
+                    reply = self._answered(turn, answer, item)
         except BaseException as exc:
             watch.failed(access, exc)
             raise
         return watch.relay(reply, access)
 
-    async def _compacted(self, turn: Turn) -> Outcome:
+    def _automatic(self, turn: Turn) -> tuple[Turn, Handler | None]:
+        """The turn, and who compacts it when its request asks the provider to compact on
+        its own (`context_management`): the proxy, in the provider's place, at the client's
+        threshold instead of its own trigger (`ClientCompactions.automatic`)."""
+        if turn.request.automatic is None:
+            return turn, None
+        return replace(turn, policy=turn.policy.replace(auto_compact=False)), "proxy"
+
+    async def _compacted(self, turn: Turn) -> tuple[Outcome, dict[str, Any] | None]:
         """What to forward: the hooks' and the compaction's outcome, with the client's own
-        request counted whole even when a checkpoint stood in for part of it."""
+        request counted whole even when a checkpoint stood in for part of it; and the
+        compaction item to give back with the answer, when the client's `context_management`
+        had the proxy compact."""
         outcome = await self._compactor.before_forward(turn)
         sent = self._sent.of(turn, turn.checkpoint, outcome.tokens_before)
-        return replace(outcome, sent=sent)
+        outcome = replace(outcome, sent=sent)
+        if turn.request.automatic is None or self._compactions is None:
+            return outcome, None
+        automatic = await self._compactions.automatic(turn, outcome)
+        return automatic.outcome, automatic.item
 
     def _check_fits(self, turn: Turn, outcome: Outcome) -> None:
         """Raise the provider's own overflow error when compaction had its chance and what is
@@ -238,14 +278,19 @@ class ProxyService:
         ended = EndedTurn(point, context, None, turn.request.messages, self._archived_hashes(turn))
         await self.memory.end_turn(turn.tenant, turn.session, ended)
 
-    def _answered(self, turn: Turn, answer: Answer) -> Reply:
-        """The answer with its compaction headers; what the turn leaves behind (the archive,
-        the timeline, the turn-end hooks) is done once it has been sent."""
+    def _answered(self, turn: Turn, answer: Answer, item: dict[str, Any] | None = None) -> Reply:
+        """The answer with its compaction headers, and `item` first in its output (the
+        proxy's compaction in the provider's place); what the turn leaves behind (the
+        archive, the timeline, the turn-end hooks) is done once it has been sent."""
         outcome, tally = answer.outcome, answer.recalls
         reply = self._then(
             answer.reply, lambda: self._after(turn, outcome, tally.calls if tally else 0)
         )
-        return reply.with_headers(_compaction_headers(turn, outcome))
+        headers = _compaction_headers(turn, outcome)
+        if turn.request.automatic is not None:
+            reply = with_compaction_item(reply, item)
+            headers.append(("x-compaction-handled-by", "proxy"))
+        return reply.with_headers(headers)
 
     def _compaction_by(self, request: ChatRequest) -> Handler:
         """Who answers a compaction request: the upstream when the proxy leaves compaction

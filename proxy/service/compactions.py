@@ -12,23 +12,31 @@ sent them, then one `compaction` item whose `encrypted_content` is the block sea
 capsule (`proxy.core.capsule`) with the session and checkpoint it belongs to. The client
 keeps them in place of its history; on the next request the proxy expands the item into
 the block (`proxy.core.request.parse_responses_request`), the same bytes every time.
+
+A request may also ask the provider to compact on its own (`context_management`,
+`ClientCompactions.automatic`): the proxy does so in the provider's place once the
+request's input passes the client's `compact_threshold` (or would not fit the usable input
+otherwise: the proxy's own trigger does not fire on such a request), with the same
+compaction, and forwards the compacted view for the model's answer; the answer's `output`
+opens with the item (`proxy.core.compaction_output`).
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
 
 from proxy.adapters.summarizer import SummaryResult
 from proxy.core import jsoncodec
 from proxy.core.capsule import Capsule, CheckpointRef, Sealer
 from proxy.core.compaction_items import block_role, compaction_item, user_items
+from proxy.core.compaction_output import ItemFirst, with_item
 from proxy.core.compaction_replies import (
     Usage,
     compacted_response,
+    response_id,
     sse,
     triggered_events,
     triggered_response,
@@ -36,13 +44,19 @@ from proxy.core.compaction_replies import (
 from proxy.core.messages import Message, role, text
 from proxy.core.request import Compaction
 from proxy.core.responses import INSTRUCTIONS, ITEMS, to_messages
+from proxy.core.room import in_room
 from proxy.core.session import Checkpoint
 from proxy.core.summary import note_digest
-from proxy.service.compactor import Compactor
+from proxy.errors import InvalidRequestError
+from proxy.service.compactor import Compactor, Condensed
 from proxy.service.outcome import Outcome
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
+USERS_SHARE: Final = 0.5
+"""The share of the room the compaction target leaves the conversation (after the
+instructions and tools) that the user messages given back verbatim may take: the block
+has the rest."""
 _JSON = ("content-type", "application/json")
 _EVENTS = ("content-type", "text/event-stream; charset=utf-8")
 
@@ -53,6 +67,15 @@ class Answered:
 
     reply: Reply
     outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Automatic:
+    """What an automatic compaction decided: what to forward, and the item to give back
+    with the answer (None: the request was not compacted)."""
+
+    outcome: Outcome
+    item: dict[str, Any] | None = None
 
 
 class ClientCompactions:
@@ -73,14 +96,10 @@ class ClientCompactions:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
         users = _user_items(turn)
         condensed = await self._compactor.condense(turn, to_messages(users))
-        # The checkpoint of the conversation's prefix: this compaction's, or the one another
-        # request stored first for the same prefix.
-        checkpoint = _ref(condensed.outcome.checkpoint)
-        capsule = Capsule(condensed.block, block_role(users), turn.session, checkpoint, turn.model)
-        item = compaction_item(self._sealer.seal(capsule))
+        item = self._item(turn, users, condensed)
         usage = _usage(condensed.summary)
         created = int(self._clock())
-        ident = f"resp_{uuid.uuid4().hex}"
+        ident = response_id()
         headers = [("x-compaction-applied", condensed.outcome.strategy or "none")]
         if turn.session is not None:
             headers.append(("x-session-id", turn.session))
@@ -97,13 +116,94 @@ class ClientCompactions:
             )
         return Answered(reply, condensed.outcome)
 
+    async def automatic(self, turn: Turn, outcome: Outcome) -> Automatic:
+        """`outcome` (the turn's, its hooks run) compacted as the client's
+        `context_management` asks: the whole conversation condensed as for
+        `/v1/responses/compact`, the user's messages kept, once the input passes the client's
+        `compact_threshold` (the proxy's trigger when it names none), or whenever it would
+        not fit the usable input otherwise. A conversation that cannot be condensed (its
+        calls and outputs do not pair up, nothing but the user's messages) goes as it is."""
+        asked = turn.request.automatic
+        threshold = asked.threshold if asked else None
+        if not _due(turn, outcome.tokens_after, threshold):
+            return Automatic(outcome)
+        users = _user_items(turn)
+        try:
+            condensed = await self._compactor.condense(turn, to_messages(users))
+        except InvalidRequestError:
+            return Automatic(outcome)  # the provider's to refuse, in its own words
+        checkpoint = condensed.outcome.checkpoint
+        if condensed.block is None or checkpoint is None or checkpoint.covered < len(turn.body):
+            return Automatic(outcome)
+        item = self._item(turn, users, condensed, covers_prior=True)
+        forwarded = replace(
+            condensed.outcome, sent=outcome.sent, injected=outcome.injected, tried=True
+        )
+        return Automatic(forwarded, item)
+
+    def _item(
+        self, turn: Turn, users: list[Any], condensed: Condensed, *, covers_prior: bool = False
+    ) -> dict[str, Any]:
+        """The sealed item of `condensed`, the block's message after `users`."""
+        # The checkpoint of the conversation's prefix: this compaction's, or the one another
+        # request stored first for the same prefix.
+        checkpoint = _ref(condensed.outcome.checkpoint)
+        role = block_role(users)
+        capsule = Capsule(condensed.block, role, turn.session, checkpoint, turn.model, covers_prior)
+        return compaction_item(self._sealer.seal(capsule))
+
+
+def with_compaction_item(reply: Reply, item: Mapping[str, Any] | None) -> Reply:
+    """The model's answer with `item` first in its output (an error goes as it came)."""
+    if item is None or reply.status != 200:
+        return reply
+    if isinstance(reply.body, bytes):
+        return Reply(reply.status, reply.headers, with_item(reply.body, item), reply.close)
+    return Reply(reply.status, reply.headers, _item_first(reply.body, item), reply.close)
+
+
+async def _item_first(body: AsyncIterator[bytes], item: Mapping[str, Any]) -> AsyncIterator[bytes]:
+    stream = ItemFirst(item)
+    async for chunk in body:
+        out = stream.feed(chunk)
+        if out:
+            yield out
+    rest = stream.flush()
+    if rest:
+        yield rest
+
+
+def _due(turn: Turn, tokens: int, threshold: int | None) -> bool:
+    """Whether a request of `tokens` (ours) is compacted at the client's `threshold` (the
+    provider's tokens), or at the proxy's trigger when it names none; always when it would
+    not fit the usable input."""
+    budget = turn.budget
+    if not budget.fits(tokens):
+        return True
+    if threshold is None:
+        return budget.pressure(tokens) >= in_room(turn.policy.compression_trigger, turn.fixed)
+    return budget.estimate(tokens) >= threshold
+
 
 def _user_items(turn: Turn) -> list[Any]:
     """The user messages of the request's conversation, as the client sent them (a block
-    the proxy expanded into a user message is none of them)."""
+    the proxy expanded into a user message is none of them): the latest, and those before
+    it that fit in `USERS_SHARE` of what the compaction target leaves the conversation. The
+    older ones are condensed in the block (its ledger keeps what they state verbatim, the
+    summary the rest): given back whole, a long conversation's user messages alone would
+    fill the window after every compaction."""
     messages = turn.request.messages
     users = (m for m in messages if role(m) == "user" and not _expanded(turn, m))
-    return user_items([item for message in users for item in message.get(ITEMS, [message])])
+    items = user_items([item for message in users for item in message.get(ITEMS, [message])])
+    counter = turn.counter
+    head = counter.messages(turn.head) + counter.tools(turn.tools_body())
+    room = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed)) - head
+    budget, kept = room * USERS_SHARE, 0
+    for index in range(len(items) - 1, -1, -1):
+        kept += counter.messages(to_messages(items[index : index + 1]))
+        if kept > budget and index < len(items) - 1:
+            return items[index + 1 :]
+    return items
 
 
 def _expanded(turn: Turn, message: Message) -> bool:

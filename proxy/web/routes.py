@@ -53,6 +53,10 @@ async def responses_compact(request: Request) -> Response:
     return await _compacted(request, _service(request).compact)
 
 
+async def responses_input_tokens(request: Request) -> Response:
+    return await _compacted(request, _service(request).input_tokens)
+
+
 async def _compacted(
     request: Request, handle: Callable[[Incoming, bytes], Awaitable[Reply]]
 ) -> Response:
@@ -132,6 +136,8 @@ RESPONSES_ROUTE = Route("/v1/responses", responses, methods=["POST"])
 COMPACT_ROUTE = Route("/v1/responses/compact", responses_compact, methods=["POST"])
 """The Responses API's compaction: answered by the proxy or forwarded untouched, as
 `responses.compaction` says."""
+INPUT_TOKENS_ROUTE = Route("/v1/responses/input_tokens", responses_input_tokens, methods=["POST"])
+"""The Responses API's token count: forwarded with the proxy's compaction items expanded."""
 ROUTES: list[BaseRoute] = [
     Route("/v1/{path:path}", passthrough, methods=_ALL_METHODS),
     WebSocketRoute("/v1/{path:path}", websocket_refused),

@@ -70,6 +70,14 @@ def test_sealing_is_byte_stable_and_needs_no_clock_or_randomness() -> None:
     assert SEALER.seal(CAPSULE) == SEALER.seal(CAPSULE) == Sealer(KEY).seal(CAPSULE)
 
 
+def test_an_automatic_compactions_capsule_says_it_covers_what_precedes_it() -> None:
+    automatic = Capsule("block", "assistant", "s1", None, None, covers_prior=True)
+    assert SEALER.open(SEALER.seal(automatic)) == automatic
+    # The key is written only when set: every item made before it seals as it did.
+    payload = json.loads(zlib.decompress(unb64(SEALER.seal(CAPSULE).split(".")[3])))
+    assert "covers_prior" not in payload
+
+
 def test_a_capsule_that_stands_for_nothing_seals_too() -> None:
     empty = Capsule(None, "user")
     assert SEALER.open(SEALER.seal(empty)) == empty
@@ -127,6 +135,7 @@ def test_what_is_not_in_the_sealed_form_is_malformed(sealed: str) -> None:
         b'{"block": null, "role": "user", "model": 4}',
         b'{"block": null, "role": "user", "checkpoint": "ab"}',
         b'{"block": null, "role": "user", "checkpoint": {"prefix_hash": "ab", "covered": "7"}}',
+        b'{"block": null, "role": "user", "covers_prior": 1}',
     ],
 )
 def test_a_signed_payload_that_holds_no_capsule_is_malformed(payload: bytes) -> None:
@@ -157,6 +166,7 @@ capsules = st.builds(
     st.none() | st.text(max_size=40),
     st.none() | st.builds(CheckpointRef, st.text(max_size=64), st.integers(0, 10**6)),
     st.none() | st.text(max_size=40),
+    st.booleans(),
 )
 
 

@@ -15,12 +15,15 @@ from proxy.core.capsule import Capsule, Sealer
 from proxy.core.compaction_items import (
     CREATOR,
     INVALID_CONTENT,
+    Automatic,
+    automatic,
     block_item,
     block_role,
     compaction_item,
     expand,
     trigger_at_end,
     user_items,
+    without_management,
     without_trigger,
 )
 from proxy.core.responses import to_items, to_messages
@@ -44,8 +47,14 @@ def answer(text: str = "ok") -> Item:
     return {"type": "message", "role": "assistant", "content": [part]}
 
 
-def ours(block: str | None = BLOCK, role: str = "assistant", session: str = "s1") -> Item:
-    return compaction_item(SEALER.seal(Capsule(block, role, session)))
+def ours(
+    block: str | None = BLOCK, role: str = "assistant", session: str = "s1", *, prior: bool = False
+) -> Item:
+    return compaction_item(SEALER.seal(Capsule(block, role, session, covers_prior=prior)))
+
+
+def developer(text: str = "Be terse.") -> Item:
+    return {"type": "message", "role": "developer", "content": text}
 
 
 def openai_item() -> Item:
@@ -132,7 +141,8 @@ def test_an_item_that_stands_for_nothing_goes() -> None:
 def test_several_items_each_expand_and_the_first_names_the_session() -> None:
     body = {"input": [ours("[1 earlier messages omitted]", session="a"), user(), ours()]}
     expansion = expand(body, SEALER)
-    assert expansion.body["input"][0] == block_item("[1 earlier messages omitted]", "assistant")
+    # No user message before it: the block is the user's side (strict templates open so).
+    assert expansion.body["input"][0] == block_item("[1 earlier messages omitted]", "user")
     assert expansion.body["input"][2] == block_item(BLOCK, "assistant")
     assert expansion.session == "a"
     assert len(expansion.notes) == 2
@@ -181,6 +191,78 @@ def test_without_a_key_the_proxys_items_cannot_be_opened() -> None:
         expand({"input": [ours()]}, None)
 
 
+# --- automatic compaction (`context_management`) --------------------------------------------
+
+
+def test_an_automatic_items_predecessors_go_but_the_instructions_and_the_users() -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "f"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+    earlier = ours("an earlier block")
+    given = [developer(), user("task"), call, output, earlier, answer("done"), user("more")]
+    body = {"input": [*given, ours(prior=True), answer("ok"), user("next")]}
+    expansion = expand(body, SEALER)
+    assert expansion.body["input"] == [
+        developer(),
+        user("task"),
+        user("more"),
+        block_item(BLOCK, "assistant"),
+        answer("ok"),
+        user("next"),
+    ]
+    # The earlier block it folded in is no note of this request any more.
+    assert expansion.notes == {note_digest(BLOCK)}
+
+
+def test_an_automatic_item_alone_is_the_users_side() -> None:
+    body = {"input": [ours(prior=True), answer("ok"), user("next")]}
+    expanded = expand(body, SEALER).body["input"]
+    assert expanded == [block_item(BLOCK, "user"), answer("ok"), user("next")]
+
+
+def test_an_instruction_after_the_conversation_began_is_no_leading_one() -> None:
+    body = {"input": [user("task"), developer("Late."), answer(), ours(prior=True)]}
+    assert expand(body, SEALER).body["input"] == [user("task"), block_item(BLOCK, "assistant")]
+
+
+def test_context_management_asks_for_a_compaction_at_its_threshold() -> None:
+    entry = {"type": "compaction", "compact_threshold": 5000}
+    assert automatic({"context_management": [entry]}) == Automatic(5000)
+    assert automatic({"context_management": [{"type": "compaction"}]}) == Automatic(None)
+    assert automatic({"context_management": []}) is None
+    assert automatic({"model": "m"}) is None
+    body = {"model": "m", "context_management": [entry]}
+    assert without_management(body) == {"model": "m"}
+
+
+THRESHOLD = "context_management[0].compact_threshold"
+
+
+@pytest.mark.parametrize(
+    ("given", "param"),
+    [
+        ({"type": "compaction"}, "context_management"),
+        ([{"type": "pruning"}], "context_management[0].type"),
+        (["compaction"], "context_management[0].type"),
+        (
+            [{"type": "compaction", "compact_threshold": 0}],
+            "context_management[0].compact_threshold",
+        ),
+        (
+            [{"type": "compaction", "compact_threshold": True}],
+            "context_management[0].compact_threshold",
+        ),
+        (
+            [{"type": "compaction", "compact_threshold": "9"}],
+            "context_management[0].compact_threshold",
+        ),
+    ],
+)
+def test_a_field_the_provider_would_refuse_is_refused(given: object, param: str) -> None:
+    with pytest.raises(InvalidRequestError) as raised:
+        automatic({"context_management": given})
+    assert raised.value.param == param
+
+
 # --- properties ----------------------------------------------------------------------------------
 
 plain_items = st.one_of(
@@ -217,7 +299,8 @@ def test_each_item_becomes_exactly_its_block_and_nothing_else_moves(
         if index not in ours_at:
             wanted.append(item)
         elif (block := ours_at[index]) is not None:
-            wanted.append(block_item(block, "assistant"))
+            after_user = any(i.get("role") == "user" for i in wanted)
+            wanted.append(block_item(block, "assistant" if after_user else "user"))
     assert expanded == wanted
 
 
