@@ -303,10 +303,7 @@ class Compactor:
         else truncate at once; what no summary covered is summarized for the next time."""
         keys = need.keys
         fold = note_key(need.anchor, turn.session) if need.anchor and turn.session else None
-        stored, found = await asyncio.gather(
-            self._memory.find_checkpoint(turn.tenant, turn.session, turn.hashes),
-            self.preparer.find(turn.tenant, turn.session, [*([fold] if fold else []), *keys]),
-        )
+        stored, found = await self.preparer.find_prepared(turn, [*([fold] if fold else []), *keys])
         if outcome.newer(stored) and (adopted := self._adopted(turn, outcome, stored)):
             # Another request compacted this conversation since this one was read: forward
             # that (one compaction, and one prefix for the provider's cache).

@@ -278,6 +278,14 @@ class Memory:
             return {}
         return await self._try(self.store.find_summaries(tenant, session, keys), {})
 
+    async def find_prepared(
+        self, tenant: str, session: str | None, hashes: Sequence[str], keys: Sequence[str]
+    ) -> tuple[Checkpoint | None, dict[str, str]]:
+        """`find_checkpoint` and `find_summaries` at once (one round trip to Redis)."""
+        if session is None:
+            return None, {}
+        return await self._try(self.store.find_prepared(tenant, session, hashes, keys), (None, {}))
+
     async def put_summary(self, tenant: str, session: str | None, key: str, text: str) -> bool:
         """Whether the summary was stored (False: the store is down, or there is no session
         to keep it for)."""

@@ -48,6 +48,7 @@ from proxy.core.plan import (
     plan_compaction,
 )
 from proxy.core.prepared import covered, note_key, preparing
+from proxy.core.session import Checkpoint
 from proxy.core.tokens import TokenCounter
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
@@ -117,6 +118,20 @@ class Preparer:
             stored = await self._memory.find_summaries(tenant, session, missing)
             found |= {key: parsed for key, raw in stored.items() if (parsed := _parsed(raw))}
         return found
+
+    async def find_prepared(
+        self, turn: Turn, keys: Sequence[str]
+    ) -> tuple[Checkpoint | None, dict[str, SummaryResult]]:
+        """`find(keys)`, with the stored checkpoint of `turn`'s longest prefix read in the
+        same call (one round trip, and no task: under load, every wait for one is a lap of
+        the event loop behind every other request)."""
+        found = {key: kept for key in keys if (kept := self._kept.get((turn.tenant, key)))}
+        missing = [key for key in keys if key not in found]
+        stored, raw = await self._memory.find_prepared(
+            turn.tenant, turn.session, turn.hashes, missing
+        )
+        found |= {key: parsed for key, text in raw.items() if (parsed := _parsed(text))}
+        return stored, found
 
     def settled(self, turn: Turn, *, used: bool) -> None:
         """`turn`'s conversation was compacted, with a summary written ahead (`used`) or
@@ -217,7 +232,7 @@ class Preparer:
             notes=notes,
             recall=turn.recall_scope,
         )
-        need = await turn.planned(lambda c, m: _planned(situation, c, m), background=True)
+        need = await turn.planned(lambda c, m: _planned(situation, c, m))
         if not isinstance(need, NeedsSummary):
             return
         keys = need.keys

@@ -47,7 +47,7 @@ from proxy.service.replies import Incoming
 OFF_LOOP_BYTES = 64 * 1024
 """New text from which a request is counted in a worker thread: at tiktoken's slowest
 (text without whitespace, about 0.4 s per MB) this much holds the loop some 25 ms. A request
-body this large is also planned in a worker thread (`Turn.planned`)."""
+with a message this large is also planned in a worker thread (`Turn.planned`)."""
 
 _T = TypeVar("_T")
 
@@ -96,6 +96,11 @@ class Turn:
     @property
     def model(self) -> str | None:
         return self.request.model
+
+    def _has_large_message(self) -> bool:
+        if len(self.request.raw) < OFF_LOOP_BYTES:
+            return False
+        return any(text_size(message) >= OFF_LOOP_BYTES for message in self.request.messages)
 
     def view(self, checkpoint: Checkpoint | None) -> list[Message]:
         """What is forwarded over `checkpoint` (R for the first k messages of the body):
@@ -149,25 +154,25 @@ class Turn:
         head = self.counter.messages(self.head) + self.counter.tools(self.tools_body())
         return fixed_share(self.budget, head)
 
-    async def planned(
-        self, plan: Callable[[TokenCounter, Mentions], _T], *, background: bool = False
-    ) -> _T:
+    async def planned(self, plan: Callable[[TokenCounter, Mentions], _T]) -> _T:
         """`plan(counter, mentions)`, a plan of this turn (the core's, pure): in a worker
-        thread when the request body is at least `OFF_LOOP_BYTES` or the plan is
-        `background` work, else right here.
+        thread when one of the request's messages holds `OFF_LOOP_BYTES` of text or more,
+        else right here.
 
-        A large turn's plan counts what it cuts (a trimmed message's head and tail, the
+        A large message's plan counts what it cuts (a trimmed message's head and tail, the
         trimmed message), 0.6 to 1.5 s of tiktoken for a 2 MB message without whitespace:
         that must not hold the event loop. The thread plans with a counter of its own
         (`TokenCounter.apart`), whose new counts are cached here afterwards, so the counts
-        of what is forwarded are found again; and so with what messages mention. A small
-        turn plans on the loop: a thread hop would cost it more than the plan.
+        of what is forwarded are found again; and so with what messages mention.
 
-        Background work (a preparation) waits for nobody: on the loop, its 5 to 10 ms
-        held up every request in flight meanwhile, the fleet's slowest ones. In a thread the
-        loop takes the interpreter back at each switch interval and goes on serving.
+        Any other turn plans on the loop, however long its history: the counts of its
+        messages are cached, and its plan takes 1 to 3 ms. In a thread it took 40 ms while
+        other requests kept the loop busy (the thread waits for the interpreter, then its
+        result waits its turn on the loop), the slowest turns of an 8-agent fleet. So does a
+        preparation's: in a thread it was starved so that one summary in three was not ready
+        when its compaction came, which then truncated.
         """
-        if not background and len(self.request.raw) < OFF_LOOP_BYTES:
+        if not self._has_large_message():
             return plan(self.counter, self.mentions)
         apart = self.counter.apart()
         mentions = self.mentions.apart()

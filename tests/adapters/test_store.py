@@ -666,6 +666,24 @@ async def test_prepared_summaries_are_found_by_key_within_their_session(backend:
         assert await store.find_summaries(A, "s", ["s:2"]) == {}
 
 
+async def test_find_prepared_is_find_checkpoint_and_find_summaries_at_once(
+    backend: Backend,
+) -> None:
+    store = backend.store
+    hashes = chain_hashes(conversation(6))
+    assert await store.find_prepared(A, "s", hashes, ["s:1"]) == (None, {})
+    assert await store.find_prepared(A, "s", [], []) == (None, {})
+    kept = await store.put_checkpoint(A, "s", checkpoint(hashes, 4))
+    await store.put_summary(A, "s", "s:2", "- two")
+    found = await store.find_prepared(A, "s", hashes, ["s:1", "s:2"])
+    assert found == (kept, {"s:2": "- two"})
+    assert await store.find_prepared(A, "s", hashes[:3], []) == (None, {})
+    assert await store.find_prepared(A, "other", hashes, ["s:2"]) == (None, {})
+    # A checkpoint under a prefix not its own is passed over there too.
+    await store.put_checkpoint(A, "s", replace(checkpoint(hashes, 3), prefix_hash=hashes[5]))
+    assert await store.find_prepared(A, "s", hashes, []) == (kept, {})
+
+
 # -- model facts -----------------------------------------------------------------------------
 
 

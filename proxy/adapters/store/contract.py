@@ -269,6 +269,13 @@ class Summaries(Protocol):
         """The session's summaries stored under any of `keys`, by key."""
         ...
 
+    async def find_prepared(
+        self, tenant: str, session_id: str, hashes: Sequence[str], keys: Sequence[str]
+    ) -> tuple[Checkpoint | None, dict[str, str]]:
+        """`find_checkpoint(hashes)` and `find_summaries(keys)` at once: what a compaction
+        reads before it lands, in one round trip to the session's node."""
+        ...
+
 
 class Locks(Protocol):
     """Named locks with a lifetime, so one replica writes one summary for one prefix."""

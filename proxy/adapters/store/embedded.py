@@ -582,6 +582,12 @@ class MemoryStore:
         table = self._summaries
         return {key: text for key in keys if (text := table.get((tenant, session_id, key)))}
 
+    async def find_prepared(
+        self, tenant: str, session_id: str, hashes: Sequence[str], keys: Sequence[str]
+    ) -> tuple[Checkpoint | None, dict[str, str]]:
+        checkpoint = await self.find_checkpoint(tenant, session_id, hashes)
+        return checkpoint, await self.find_summaries(tenant, session_id, keys)
+
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         self._sweep()
         if self._locks.get((tenant, name)) is not None:

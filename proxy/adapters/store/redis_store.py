@@ -254,6 +254,20 @@ return longest(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 """
 )
 
+# KEYS: checkpoints, checkpoint_order, then summary keys. ARGV: ttl_ms, the joined chain
+# hashes ('' for none). `_FIND_CHECKPOINT` and the summaries' values (false for a missing
+# one) in one: what a compaction reads before it lands, in one round trip.
+_FIND_PREPARED = (
+    _LONGEST
+    + """
+local found = false
+if ARGV[2] ~= '' then found = longest(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) end
+local summaries = {}
+for i = 3, #KEYS do summaries[#summaries + 1] = redis.call('GET', KEYS[i]) end
+return {found, summaries}
+"""
+)
+
 # KEYS: the session's (`_session_keys`), checkpoints, checkpoint_order. ARGV: ttl_ms, last_seen, '1'
 # to set the model, model, the joined chain hashes ('' for none). `_BEGIN_TURN` and
 # `_FIND_CHECKPOINT` in one: what every request reads first, in one round trip.
@@ -310,6 +324,7 @@ _SCRIPTS = (
     _FIND_CHECKPOINT,
     _OPEN_TURN,
     _END_TURN,
+    _FIND_PREPARED,
     _DROP_CHECKPOINT,
     _RELEASE,
 )
@@ -661,17 +676,24 @@ class RedisStore:
             tenant, session_id, at, _OPEN_TURN, keys, args
         )
         state = _state(_pairs(fields), history)
-        checkpoint = None
-        if longest is not None:
-            covered, text = longest
-            checkpoint = Checkpoint.from_json(jsoncodec.loads(text))
-            if checkpoint.covered != covered:
-                # Its prefix's length is not its own (no chain hash collides in practice):
-                # the longest that is right, as `find_checkpoint` tells them apart.
-                checkpoint = await self.find_checkpoint(tenant, session_id, hashes)
+        checkpoint = await self._longest(tenant, session_id, hashes, longest)
         if unindexed is not None:
             raise unindexed.error(state, checkpoint)
         return OpenedTurn(state, checkpoint)
+
+    async def _longest(
+        self, tenant: str, session_id: str, hashes: Sequence[str], longest: Any
+    ) -> Checkpoint | None:
+        """The checkpoint `_LONGEST` returned (its prefix's length and its JSON, or None)."""
+        if longest is None:
+            return None
+        covered, text = longest
+        checkpoint = Checkpoint.from_json(jsoncodec.loads(text))
+        if checkpoint.covered == covered:
+            return checkpoint
+        # Its prefix's length is not its own (no chain hash collides in practice): the
+        # longest that is right, as `find_checkpoint` tells them apart.
+        return await self.find_checkpoint(tenant, session_id, hashes)
 
     async def _counted(
         self,
@@ -951,6 +973,21 @@ class RedisStore:
         return {
             key: str(value) for key, value in zip(keys, values, strict=True) if value is not None
         }
+
+    async def find_prepared(
+        self, tenant: str, session_id: str, hashes: Sequence[str], keys: Sequence[str]
+    ) -> tuple[Checkpoint | None, dict[str, str]]:
+        names = [_summary_key(tenant, session_id, key) for key in keys]
+        script_keys = [*_checkpoint_keys(tenant, session_id), *names]
+        args = (self._ttl_ms, ",".join(hashes))
+        async with self._call() as call:
+            longest, values = await call.on(
+                script_keys[0], lambda: self._script(_FIND_PREPARED, script_keys, *args)
+            )
+        summaries = {
+            key: str(value) for key, value in zip(keys, values, strict=True) if value is not None
+        }
+        return await self._longest(tenant, session_id, hashes, longest), summaries
 
     async def acquire(self, tenant: str, name: str, *, ttl_s: float) -> str | None:
         token = secrets.token_hex(16)
