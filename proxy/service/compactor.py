@@ -500,12 +500,24 @@ class Compactor:
         if result.recalls:
             await self._keep_recalls(turn, result)
             outcome = replace(outcome, recalls={**outcome.recalls, **result.recalls})
+        record = CompactionRecord(
+            time.time(),
+            trigger,
+            result.strategy,
+            result.tokens_before,
+            result.tokens_after,
+            summarizer_model=summary.model if summary else None,
+            summarizer_tokens=summary.tokens if summary else 0,
+            steps=result.steps,
+            summarizer_input_tokens=summary.input_tokens if summary else 0,
+            summarizer_cached_tokens=summary.cached_tokens if summary else 0,
+        )
         made = new_checkpoint(
             turn.head,
             turn.body,
             turn.hashes,
             result.messages,
-            created_at=time.time(),
+            created_at=record.at,
             strategy=result.strategy,
             tokens_before=result.tokens_before,
             tokens_after=result.tokens_after,
@@ -521,25 +533,14 @@ class Compactor:
                 tokens_after=turn.tokens(messages),
                 strategy=result.strategy,
             )
+            await self._memory.record_compaction(turn.tenant, turn.session, record)
         else:
-            stored = await self._memory.put_checkpoint(turn.tenant, turn.session, made)
+            # Recorded in the same call, when it is the one kept.
+            stored = await self._memory.put_checkpoint(turn.tenant, turn.session, made, record)
             if stored is not made:
                 theirs = self._adopted(turn, outcome, stored, ceiling)
                 return Frozen(theirs or outcome.over(turn, made), stored=False)
             outcome = outcome.over(turn, made)
-        record = CompactionRecord(
-            time.time(),
-            trigger,
-            result.strategy,
-            result.tokens_before,
-            result.tokens_after,
-            summarizer_model=summary.model if summary else None,
-            summarizer_tokens=summary.tokens if summary else 0,
-            steps=result.steps,
-            summarizer_input_tokens=summary.input_tokens if summary else 0,
-            summarizer_cached_tokens=summary.cached_tokens if summary else 0,
-        )
-        await self._memory.record_compaction(turn.tenant, turn.session, record)
         estimate = turn.budget.estimate
         self._metrics.compaction(
             result.strategy, trigger, estimate(result.tokens_before), estimate(result.tokens_after)

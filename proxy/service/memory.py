@@ -184,13 +184,18 @@ class Memory:
         return await self._try(self.store.find_checkpoint(tenant, session, hashes), None)
 
     async def put_checkpoint(
-        self, tenant: str, session: str | None, checkpoint: Checkpoint
+        self,
+        tenant: str,
+        session: str | None,
+        checkpoint: Checkpoint,
+        record: CompactionRecord | None = None,
     ) -> Checkpoint:
         """The checkpoint kept for the prefix (`checkpoint` itself when the store is down,
-        or when there is no session to keep it in)."""
+        or when there is no session to keep it in); `record` is recorded with it when it is
+        the one kept (`Store.put_checkpoint`)."""
         if session is None:
             return checkpoint
-        call = self.store.put_checkpoint(tenant, session, checkpoint)
+        call = self.store.put_checkpoint(tenant, session, checkpoint, record)
         return await self._try(call, checkpoint, write=True)
 
     async def begin_turn(

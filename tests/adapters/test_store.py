@@ -312,6 +312,23 @@ async def test_put_checkpoint_keeps_the_existing_one(backend: Backend) -> None:
     assert await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2, "later")) == original
 
 
+async def test_put_checkpoint_records_the_compaction_only_when_it_is_kept(
+    backend: Backend,
+) -> None:
+    store = backend.store
+    hashes = chain_hashes(conversation(4))
+    for _ in range(3):
+        await store.begin_turn(A, "s", model="m", at=1.0)
+    first = await store.put_checkpoint(A, "s", checkpoint(hashes, 2, "first"), record(900))
+    later = await store.put_checkpoint(A, "s", checkpoint(hashes, 2, "later"), record(800))
+    assert later == first
+    state = await store.load_session(A, "s")
+    assert state is not None
+    assert (state.compactions, state.last_compaction_turn, state.history) == (1, 3, (record(900),))
+    await store.put_checkpoint(A, "s", checkpoint(hashes, 3))  # no record given: none made
+    assert (await store.load_session(A, "s") or state).compactions == 1
+
+
 async def test_find_checkpoint_longest_match_wins(backend: Backend) -> None:
     body = conversation(6)
     hashes = chain_hashes(body)

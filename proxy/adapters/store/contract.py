@@ -116,13 +116,19 @@ class Checkpoints(Protocol):
         `hashes`."""
 
     async def put_checkpoint(
-        self, tenant: str, session_id: str, checkpoint: Checkpoint
+        self,
+        tenant: str,
+        session_id: str,
+        checkpoint: Checkpoint,
+        record: CompactionRecord | None = None,
     ) -> Checkpoint:
         """Store `checkpoint` unless its prefix has one already in the session; returns the
-        one kept.
+        one kept. When it is stored and `record` is given, `record_compaction(record)` is
+        done in the same call (one round trip: the compaction turn waits for it).
 
         Set-if-absent: of two replicas compacting the same prefix, the first one wins and
-        both forward its messages, so the provider's cache sees one prefix.
+        both forward its messages, so the provider's cache sees one prefix; only the winner
+        is recorded as a compaction.
         """
 
     async def drop_checkpoint(self, tenant: str, session_id: str, prefix_hash: str) -> bool:

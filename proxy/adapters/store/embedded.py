@@ -358,7 +358,11 @@ class MemoryStore:
         return found
 
     async def put_checkpoint(
-        self, tenant: str, session_id: str, checkpoint: Checkpoint
+        self,
+        tenant: str,
+        session_id: str,
+        checkpoint: Checkpoint,
+        record: CompactionRecord | None = None,
     ) -> Checkpoint:
         self._sweep()
         key = (tenant, session_id, checkpoint.prefix_hash)
@@ -368,6 +372,8 @@ class MemoryStore:
             return Checkpoint.from_json(json.loads(existing))
         self._checkpoints.put(key, json.dumps(checkpoint.to_json()))
         self._shrink()
+        if record is not None:
+            await self.record_compaction(tenant, session_id, record)
         return checkpoint
 
     async def drop_checkpoint(self, tenant: str, session_id: str, prefix_hash: str) -> bool:

@@ -123,6 +123,13 @@ if not existing then
   while redis.call('LLEN', KEYS[2]) > tonumber(ARGV[4]) do
     redis.call('HDEL', KEYS[1], redis.call('LPOP', KEYS[2]))
   end
+  if #KEYS > 2 then
+    redis.call('RPUSH', KEYS[4], ARGV[5])
+    redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
+    redis.call('HSET', KEYS[3], 'last_compaction_turn', redis.call('HGET', KEYS[3], 'turns') or '0')
+    redis.call('HINCRBY', KEYS[3], 'compactions', 1)
+    for i = 3, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+  end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
@@ -623,11 +630,19 @@ class RedisStore:
         return find_checkpoint(hashes, candidates)
 
     async def put_checkpoint(
-        self, tenant: str, session_id: str, checkpoint: Checkpoint
+        self,
+        tenant: str,
+        session_id: str,
+        checkpoint: Checkpoint,
+        record: CompactionRecord | None = None,
     ) -> Checkpoint:
         keys = _checkpoint_keys(tenant, session_id)
         text = json.dumps(checkpoint.to_json())
-        args = (self._ttl_ms, checkpoint.prefix_hash, text, MAX_CHECKPOINTS)
+        args: tuple[Any, ...] = (self._ttl_ms, checkpoint.prefix_hash, text, MAX_CHECKPOINTS)
+        if record is not None:
+            # The session's state, history and archive, as `_RECORD_COMPACTION` has them.
+            keys = [*keys, *_session_keys(tenant, session_id)[:3]]
+            args = (*args, json.dumps(record.to_json()), HISTORY_LIMIT)
         async with self._call() as call:
             existing = await call.on(keys[0], lambda: self._script(_PUT_CHECKPOINT, keys, *args))
         if existing is None:
