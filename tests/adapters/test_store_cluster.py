@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from proxy.adapters.store import (
+    EndedTurn,
     RedisStore,
     SessionNotIndexedError,
     StoreUnavailableError,
@@ -68,23 +69,22 @@ async def a_turn(store: RedisStore, session: str) -> None:
     """What one compacting turn of `session` stores, call by call, as the service makes them."""
     body = conversation(session)
     hashes = chain_hashes(body)
-    await store.begin_turn(TENANT, session, model=MODEL, at=time.time())
-    assert await store.find_checkpoint(TENANT, session, hashes) is None
+    opened = await store.open_turn(TENANT, session, model=MODEL, at=time.time(), hashes=hashes)
+    assert opened.checkpoint is None
     token = await store.acquire(TENANT, f"summary:{session}", ttl_s=60)
     assert token is not None
     await store.put_summary(TENANT, session, f"s:{session}", "- a summary")
+    found = await store.find_prepared(TENANT, session, hashes, [f"s:{session}"])
+    assert found == (None, {f"s:{session}": "- a summary"})
     checkpoint = Checkpoint(hashes[5], 6, [user("summary")], 1.0, "summarize", 900, 90)
-    await store.put_checkpoint(TENANT, session, checkpoint)
-    await store.record_compaction(
-        TENANT, session, CompactionRecord(2.0, "pressure", "summarize", 900, 90)
-    )
+    record = CompactionRecord(2.0, "pressure", "summarize", 900, 90)
+    await store.put_checkpoint(TENANT, session, checkpoint, record)
     await store.put_recalls(
         TENANT, session, {f"rc_{session}": [content_hash(m) for m in body[:2]]}, {}
     )
-    await store.record_usage(TENANT, session, usage={"prompt_tokens": 90}, pressure=0.2)
     point = TurnPoint(1, 1.0, 0.2, 900, 90, "summarize")
-    await store.record_turn(TENANT, session, point, context={}, request={"model": MODEL})
-    await store.archive(TENANT, session, body)
+    usage = {"prompt_tokens": 90}
+    await store.end_turn(TENANT, session, EndedTurn(point, {}, {"model": MODEL}, body, None, usage))
     await store.set_calibration(TENANT, MODEL, 1.1, ttl_s=60)
     assert await store.find_checkpoint(TENANT, session, hashes) == checkpoint
 
@@ -155,8 +155,21 @@ async def test_a_turn_whose_index_node_is_down_is_counted_but_not_listed(
         store.fence(index.name, down=False)
     assert caught.value.scope == index.name
     assert caught.value.state.turns == 2  # the turn counted: only the index write was lost
+    # So with a turn opened with its checkpoint: the turn and the checkpoint are the
+    # session's own node's, read whole; only the index is lost.
+    hashes = chain_hashes(conversation(session))
+    kept = Checkpoint(hashes[5], 6, [user("summary")], 1.0, "summarize", 900, 90)
+    await store.put_checkpoint(TENANT, session, kept)
+    store.fence(index.name, down=True)
+    try:
+        with pytest.raises(SessionNotIndexedError) as opened:
+            await store.open_turn(TENANT, session, model=MODEL, at=24.0, hashes=hashes)
+    finally:
+        store.fence(index.name, down=False)
+    assert (opened.value.scope, opened.value.state.turns) == (index.name, 3)
+    assert opened.value.checkpoint == kept
     listed = {sid: state for _, sid, state in await store.list_sessions(TENANT, limit=1000)}
-    assert listed[session].last_seen == 12.0  # the session is read from its own node
+    assert listed[session].last_seen == 24.0  # the session is read from its own node
 
 
 async def test_a_killed_master_is_blamed_until_its_replica_serves_its_slots(

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from proxy.adapters.store import Store
+from proxy.adapters.store import EndedTurn, OpenedTurn, Store
 from proxy.core.messages import Message
 from proxy.core.session import (
     Checkpoint,
@@ -102,6 +102,9 @@ async def without_a_session(memory: Memory) -> None:
     point = TurnPoint(turn=1, at=1.0, pressure=0.1, tokens_before=9, tokens_after=5, action="none")
     await memory.record_turn(TENANT, None, point, {}, None)
     await memory.archive(TENANT, None, HISTORY)
+    assert await memory.open_turn(TENANT, None, "m", 1.0, []) == OpenedTurn(SessionState(), None)
+    await memory.end_turn(TENANT, None, EndedTurn(point, {}, None, HISTORY))
+    assert await memory.find_prepared(TENANT, None, [], ["k1"]) == (None, {})
 
 
 # -- while the store answers: the same on both stores ----------------------------------------
@@ -245,6 +248,13 @@ async def test_a_stopped_redis_is_served_around_and_each_skipped_write_counted(
     assert await memory.put_summary(TENANT, "s1", "k1", "text") is False  # told: not stored
     await memory.record_usage(TENANT, "s1", {"prompt_tokens": 1}, pressure=0.1)
     assert counted(metrics) == (8, 4, 1)
+    hashes = chain_hashes(HISTORY)
+    opened = await memory.open_turn(TENANT, "s1", "mock-model", 1.0, hashes)
+    assert opened == OpenedTurn(SessionState(), None)
+    assert await memory.find_prepared(TENANT, "s1", hashes, ["k1"]) == (None, {})
+    point = TurnPoint(turn=1, at=1.0, pressure=0.1, tokens_before=9, tokens_after=5, action="none")
+    await memory.end_turn(TENANT, "s1", EndedTurn(point, {}, None, HISTORY))
+    assert counted(metrics) == (11, 6, 1)
     # Alone, there is no one to coordinate with: the lock is ours, releasing it a no-op.
     assert await memory.acquire(TENANT, "summary:k1", ttl_s=60) == "local"
     await memory.release(TENANT, "summary:k1", "local")

@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from proxy.adapters.store import (
     WHOLE,
     MemoryStore,
+    OpenedTurn,
     SessionNotIndexedError,
     StoreUnavailableError,
 )
-from proxy.core.session import SessionState
+from proxy.core.session import Checkpoint, SessionState, chain_hashes
 from proxy.observability.metrics import Metrics
 from proxy.service.memory import Memory
 
@@ -70,6 +71,24 @@ class Sharded(MemoryStore):
         if self.unindexed is not None:
             raise SessionNotIndexedError("index down", scope=self.unindexed, state=state)
         return state
+
+    async def open_turn(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        model: str | None,
+        at: float,
+        hashes: Sequence[str],
+    ) -> OpenedTurn:
+        self._route(session_id)
+        state = await super().begin_turn(tenant, session_id, model=model, at=at)
+        found = await self.find_checkpoint(tenant, session_id, hashes)
+        if self.unindexed is not None:
+            raise SessionNotIndexedError(
+                "index down", scope=self.unindexed, state=state, checkpoint=found
+            )
+        return OpenedTurn(state, found)
 
     async def load_session(self, tenant: str, session_id: str) -> SessionState | None:
         self._route(session_id)
@@ -164,6 +183,27 @@ async def test_a_turn_whose_index_node_is_down_keeps_its_state(
     assert memory.outages == {N2}
     assert counted(metrics) == (1, 1, 1)
     assert logged(caplog, f"session store unavailable (node {N2})") == 1
+    await memory.aclose()
+
+
+async def test_a_turn_opened_while_its_index_node_is_down_keeps_its_checkpoint() -> None:
+    store, metrics = Sharded(), Metrics()
+    memory = Memory(store, metrics=metrics, probe_interval_s=60)
+    session = f"{N1}/s"
+    hashes = chain_hashes([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    kept = Checkpoint(
+        hashes[1], 2, [{"role": "user", "content": "summary"}], 1.0, "summarize", 9, 3
+    )
+    await memory.put_checkpoint(TENANT, session, kept)
+    store.unindexed = N2
+    opened = await memory.open_turn(TENANT, session, "m", 2.0, hashes)
+    assert (opened.state.turns, opened.checkpoint) == (1, kept)
+    assert memory.outages == {N2}
+    store.unindexed = None
+    store.refusing.add(N1)  # the session's own node: nothing known, as when Redis is down
+    assert await memory.open_turn(TENANT, session, "m", 3.0, hashes) == OpenedTurn(
+        SessionState(), None
+    )
     await memory.aclose()
 
 
