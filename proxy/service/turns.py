@@ -19,7 +19,7 @@ from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
 from proxy.core import recall
 from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
-from proxy.core.headers import Headers
+from proxy.core.headers import KEY_HEADERS, Headers
 from proxy.core.keys import ClientKeys, presented_key
 from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
@@ -51,7 +51,16 @@ body this large is also planned in a worker thread (`Turn.planned`)."""
 
 _T = TypeVar("_T")
 
-_CREDENTIAL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
+# The caller's key, and what a provider needs with it to accept a call made in the caller's
+# name (the summary brain's, the models list): OpenAI's organization and project, Anthropic's
+# API version and beta flags.
+_CREDENTIAL_HEADERS = (
+    *KEY_HEADERS,
+    "openai-organization",
+    "openai-project",
+    "anthropic-version",
+    "anthropic-beta",
+)
 
 
 @dataclass(slots=True)
@@ -370,6 +379,6 @@ def credentials_of(incoming: Incoming) -> Headers:
 
 def _credential_value(credentials: Headers) -> str | None:
     for name, value in credentials:
-        if name.lower() in ("authorization", "api-key"):
+        if name.lower() in KEY_HEADERS:
             return value
     return None

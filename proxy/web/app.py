@@ -161,6 +161,7 @@ def _service_config(settings: Settings, compaction_key: bytes | None) -> Service
         learned_ttl_s=settings.context.learned_ttl_s,
         compaction_by=settings.compaction_handler(),
         sealer=Sealer(compaction_key) if compaction_key is not None else None,
+        provider_edits_by=settings.messages.context_management,
     )
 
 
