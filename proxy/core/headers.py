@@ -84,7 +84,9 @@ def upstream_request_headers(
         drop |= set(KEY_HEADERS)
     headers = _end_to_end(client_headers, frozenset(drop))
     if api_key is not None:
-        headers.append(("x-api-key", api_key) if anthropic else ("authorization", f"Bearer {api_key}"))
+        headers.append(
+            ("x-api-key", api_key) if anthropic else ("authorization", f"Bearer {api_key}")
+        )
     return headers
 
 

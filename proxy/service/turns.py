@@ -128,6 +128,8 @@ class Turn:
         (the ids are resolved per session) and the request lets the model call a tool."""
         if not self.policy.recall or self.session is None:
             return None
+        if self.request.api is Api.MESSAGES:
+            return None  # not offered in the Messages API's tool format (yet)
         if not recall.may_offer(self.request.body):
             return None
         return f"{self.tenant}\0{self.session}"

@@ -136,7 +136,13 @@ def create_app(
     # Outermost: the counter, the routes and the session API all see the normalized path.
     app.add_middleware(PathGuard)
     app.state.metrics = metrics
-    app.router.routes[:0] = [routes.CHAT_ROUTE, routes.RESPONSES_ROUTE, routes.COMPACT_ROUTE]
+    app.router.routes[:0] = [
+        routes.CHAT_ROUTE,
+        routes.RESPONSES_ROUTE,
+        routes.COMPACT_ROUTE,
+        routes.MESSAGES_ROUTE,
+        routes.COUNT_TOKENS_ROUTE,
+    ]
     app.include_router(admin.router)
     app.router.routes.extend(DASHBOARD_ROUTES)
     app.router.routes.extend(docs_routes(app.title, app.openapi_url or "/openapi.json"))

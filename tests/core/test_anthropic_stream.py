@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -62,7 +63,7 @@ def test_every_event_is_relayed_and_the_prompt_is_input_plus_the_cache() -> None
 def test_any_split_gives_the_same_bytes_and_usage(cuts: list[int]) -> None:
     tap = MessagesTap()
     bounds = [0, *sorted(cuts), len(STREAM)]
-    out = b"".join(tap.feed(STREAM[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+    out = b"".join(tap.feed(STREAM[a:b]) for a, b in itertools.pairwise(bounds))
     assert out + tap.flush() == STREAM
     assert tap.usage is not None
     assert tap.usage["prompt_tokens"] == 2312
