@@ -381,6 +381,10 @@ def credentials_of(incoming: Incoming) -> Headers:
 
 def _credential_value(credentials: Headers) -> str | None:
     for name, value in credentials:
+        if name.lower() == "x-api-key":
+            # The same key as a bearer token (Anthropic's SDK sends one, Claude Code the
+            # other, by how it was given the key) is the same caller: one tenant.
+            return f"Bearer {value}"
         if name.lower() in KEY_HEADERS:
             return value
     return None

@@ -31,6 +31,7 @@ from proxy.errors import (
 from proxy.service import ProxyService
 from proxy.service.operator import SessionRef, public_context
 from proxy.service.replies import Incoming
+from proxy.core.headers import KEY_HEADERS
 from proxy.service.turns import credentials_of
 from proxy.settings import Settings
 from proxy.web import schemas
@@ -66,10 +67,10 @@ def caller(request: Request) -> Caller:
     if admin_token and bearer and secrets.compare_digest(bearer, admin_token):
         return Caller(None, incoming)
     credentials = credentials_of(incoming)
-    if not any(name.lower() in ("authorization", "api-key") for name, _ in credentials):
+    if not any(name.lower() in KEY_HEADERS for name, _ in credentials):
         raise AuthenticationError(
-            "Send your API key as `Authorization: Bearer ...` (or the admin token) to see "
-            "your sessions."
+            "Send your API key as `Authorization: Bearer ...` or `x-api-key` (or the admin "
+            "token) to see your sessions."
         )
     return Caller(_service(request).tenant_of(credentials), incoming)
 
