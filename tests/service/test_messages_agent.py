@@ -151,7 +151,7 @@ def test_the_sync_sdk_over_real_sockets() -> None:
         ):
             messages: list[Any] = []
             applied = []
-            for turn in range(14):
+            for turn in range(24):
                 words = f"Step {turn}: go on. " + "word " * 300
                 messages.append({"role": "user", "content": words})
                 raw = client.messages.with_raw_response.create(
