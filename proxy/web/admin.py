@@ -21,6 +21,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
 from proxy.adapters.store import StoreUnavailableError
+from proxy.core.headers import KEY_HEADERS
 from proxy.core.session import checked_session_id
 from proxy.errors import (
     AuthenticationError,
@@ -31,7 +32,6 @@ from proxy.errors import (
 from proxy.service import ProxyService
 from proxy.service.operator import SessionRef, public_context
 from proxy.service.replies import Incoming
-from proxy.core.headers import KEY_HEADERS
 from proxy.service.turns import credentials_of
 from proxy.settings import Settings
 from proxy.web import schemas

@@ -44,7 +44,7 @@ def conversation(**fields: Any) -> dict[str, Any]:
 
 def prefix_of(body: dict[str, Any]) -> Prefix:
     view = chat_view(body)
-    fields = {k: view[k] for k in ("model", "tools") if k in view}
+    fields: dict[str, Any] = {k: view[k] for k in ("model", "tools") if k in view}
     return Prefix(fields, tuple(view["messages"]), 500, after_task=True)
 
 

@@ -94,7 +94,8 @@ class MessagesRun:
                 return await stream.get_final_message()
         raw = await self.sdk.messages.with_raw_response.create(**body)
         self.applied.append(raw.headers["x-compaction-applied"])
-        return await raw.parse()
+        message: Message = await raw.parse()
+        return message
 
 
 def messages_requests(upstream: MockUpstream) -> list[Recorded]:
