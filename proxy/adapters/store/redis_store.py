@@ -726,32 +726,23 @@ class RedisStore:
         """The reply of a script that counts a turn, run with the session's indexes when
         they are due; and why they could not be written, if so."""
 
-        async def counted() -> Any:
-            async with self._call() as call:
-                return await call.on(keys[0], lambda: self._script(script, keys, *args))
-
         name = (tenant, session_id)
-        if at - self._indexed.get(name, -math.inf) < _INDEX_EVERY_S:
-            return await counted(), None
-
-        async def indexed() -> None:
-            async with self._call() as call:
+        due = at - self._indexed.get(name, -math.inf) >= _INDEX_EVERY_S
+        async with self._call() as call:
+            began = await call.on(keys[0], lambda: self._script(script, keys, *args))
+            if not due:
+                return began, None
+            # Then the indexes, on their nodes, in the same call: one connection at a time
+            # (a call holding two could leave every holder of a turn waiting on the pool for
+            # a connection another one holds), a round trip more once every
+            # `_INDEX_EVERY_S` per session. The turn is what the request needs; an index not
+            # updated loses only the session's place in the list until its next turn.
+            try:
                 await call.batch(self._index(tenant, session_id, at))
-
-        # Side by side: the turn on the session's node, the indexes on theirs (one round
-        # trip's wait). The turn is what the request needs; an index not updated loses only
-        # the session's place in the list until its next turn. Two calls, each with its
-        # own turn (and connection): one call using two connections at once could leave
-        # every turn's holder waiting on the pool for a connection another one holds.
-        results: tuple[Any, BaseException | None] = await asyncio.gather(
-            counted(), indexed(), return_exceptions=True
-        )
-        began, failed = results
-        if isinstance(began, BaseException):
-            raise began
-        if isinstance(failed, BaseException):
-            scope = failed.scope if isinstance(failed, StoreUnavailableError) else WHOLE
-            return began, _Unindexed(failed, scope)
+            except StoreUnavailableError as failed:
+                return began, _Unindexed(failed, failed.scope)
+            except _FAILURES as failed:
+                return began, _Unindexed(failed, call.scope())
         self._indexed[name] = at
         self._indexed.move_to_end(name)
         if len(self._indexed) > _INDEXED_KEPT:
