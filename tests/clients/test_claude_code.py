@@ -98,7 +98,8 @@ def test_claude_code_runs_a_long_task_through_several_compactions(tmp_path: Path
         counted = stack.compactions_counted()
     upstream = stack.upstream
     context = (
-        f"{len(runs)} runs in {[round(r.seconds, 1) for r in runs]} s, {len(requests)} requests,"
+        f"{len(runs)} runs in {[round(r.seconds, 1) for r in runs]} s (first request after"
+        f" {[r.result.get('time_to_request_ms') for r in runs]} ms), {len(requests)} requests,"
         f" prompts {upstream.prompt_tokens}, compactions "
         f"{[(line['action'], line['tokens_before'], line['tokens_after']) for line in compacting]}"
     )
@@ -133,6 +134,7 @@ def test_claude_code_runs_a_long_task_through_several_compactions(tmp_path: Path
     assert upstream.overflows == upstream.strict_rejections == 0, context
     assert max(upstream.prompt_tokens) <= WINDOW, context
     assert all(_thinks(r) for r in requests), "Claude Code no longer asks for thinking"
+    assert {r.json()["max_tokens"] for r in requests} == {OUTPUT}
     assert _thinking_blocks(requests[-1]) >= ROUNDS, context
 
 
