@@ -228,16 +228,24 @@ async def _send(session: aiohttp.ClientSession, url: str, key: str, body: bytes)
 async def agents_run(
     session: aiohttp.ClientSession, url: str, key: str, agents: Sequence[Sequence[bytes]]
 ) -> Run:
-    """Every agent at once, each sending its next step when the last one is answered."""
+    """Every agent at once, each sending its next step when the last one is answered.
+
+    Each agent has a client of its own, as agents are processes of their own: its requests
+    go over its own kept-alive connection, so to the worker that accepted it. A pool shared
+    by every agent would hand one conversation's requests to any worker, and each worker
+    would count and scan its new messages anew.
+    """
     run = Run()
 
     async def agent(bodies: Sequence[bytes]) -> None:
-        for body in bodies:
-            outcome = await _send(session, url, key, body)
-            if isinstance(outcome, str):
-                run.errors.append(outcome)
-            else:
-                run.samples.append(outcome)
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(connector=connector, timeout=session.timeout) as own:
+            for body in bodies:
+                outcome = await _send(own, url, key, body)
+                if isinstance(outcome, str):
+                    run.errors.append(outcome)
+                else:
+                    run.samples.append(outcome)
 
     started = time.perf_counter()
     await asyncio.gather(*(agent(bodies) for bodies in agents))

@@ -515,6 +515,10 @@ class RedisStore:
         # a busy one again only every `_INDEX_EVERY_S`: five commands on two other nodes per
         # request bought an order to the second in the admin's list, which nobody reads.
         self._indexed: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # How long each session's archived sequence was when this replica last wrote it, and
+        # its last hash: the bodies after that are sent with the turn's script, in its round
+        # trip, instead of after it once the script says which are new (`end_turn`).
+        self._archived: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
 
     @classmethod
     def connect(cls, settings: RedisSettings) -> RedisStore:
@@ -802,16 +806,57 @@ class RedisStore:
         messages = ended.messages
         sequence = content_hashes(messages, ended.hashes) if messages else ()
         args = (
-            self._ttl_ms,
             *_turn_args(ended.point, ended.context, ended.request),
             "" if ended.usage is None else json.dumps(dict(ended.usage)),
             self._refresh_ms,
             ",".join(sequence),
         )
+        # The bodies past what this replica archived of the session last time go with the
+        # script, in one round trip (a pipeline per node): a growing history's new messages.
+        # The script's answer is the truth: bodies it counts as new that were not sent
+        # (another replica's turns, a rewind) follow; any sent that it knew are set-if-absent.
+        sent = self._archived_length(tenant, session_id, sequence)
+        ops = [
+            Op.script(self._shas[_END_TURN], keys, (self._ttl_ms, *args)),
+            *self._bodies(tenant, sequence, messages, sent, due=0),
+        ]
         async with self._call() as call:
-            known, due = await call.on(keys[0], lambda: self._script(_END_TURN, keys, *args))
+            replies = await self._batch(call, ops, {0: _END_TURN})
             if sequence:
-                await call.batch(self._bodies(tenant, sequence, messages, known, due))
+                known, due = replies[0]
+                rest = self._bodies(tenant, sequence[:sent], messages[:sent], known, due)
+                if rest:
+                    await call.batch(rest)
+        if sequence:
+            self._remember_archived(tenant, session_id, sequence)
+
+    def _archived_length(self, tenant: str, session_id: str, sequence: Sequence[str]) -> int:
+        """How much of `sequence` this replica archived last time for the session, as far as
+        it can tell (its length then, when the hash there is the same): 0 if unknown."""
+        length, last = self._archived.get((tenant, session_id), (0, ""))
+        if 0 < length <= len(sequence) and sequence[length - 1] == last:
+            return length
+        return 0
+
+    def _remember_archived(self, tenant: str, session_id: str, sequence: Sequence[str]) -> None:
+        name = (tenant, session_id)
+        self._archived[name] = (len(sequence), sequence[-1])
+        self._archived.move_to_end(name)
+        if len(self._archived) > _INDEXED_KEPT:
+            self._archived.popitem(last=False)
+
+    async def _batch(self, call: Call, ops: Sequence[Op], scripts: Mapping[int, str]) -> list[Any]:
+        """`call.batch(ops)`, where the ops at `scripts`' indexes are `Op.script`s of those
+        scripts: one the place did not know yet is run again by EVAL there, which teaches it."""
+        replies = await call.batch(ops)
+        for index, script in scripts.items():
+            if isinstance(replies[index], NoScriptError):
+                replies[index] = await self._taught(call, ops[index], script)
+        return replies
+
+    async def _taught(self, call: Call, op: Op, script: str) -> Any:
+        """`op`'s script run by EVAL on its place (which then knows it)."""
+        return await call.on(op.key, lambda: self._client.eval(script, *op.args[1:]))
 
     async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
         timeline_key = _session_keys(tenant, session_id)[3]
