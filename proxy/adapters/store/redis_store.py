@@ -92,6 +92,7 @@ from proxy.adapters.store.contract import (
     WHOLE,
     EndedTurn,
     OpenedTurn,
+    RecallIds,
     SessionNotIndexedError,
     StoreUnavailableError,
     content_hashes,
@@ -639,6 +640,7 @@ class RedisStore:
         session_id: str,
         checkpoint: Checkpoint,
         record: CompactionRecord | None = None,
+        recalls: RecallIds | None = None,
     ) -> Checkpoint:
         keys = _checkpoint_keys(tenant, session_id)
         text = json.dumps(checkpoint.to_json())
@@ -647,8 +649,13 @@ class RedisStore:
             # The session's state, history and archive, as `_RECORD_COMPACTION` has them.
             keys = [*keys, *_session_keys(tenant, session_id)[:3]]
             args = (*args, json.dumps(record.to_json()), HISTORY_LIMIT)
+        # The recall ids and bodies in the same round trip (a pipeline per node).
+        ops = [
+            Op.script(self._shas[_PUT_CHECKPOINT], keys, args),
+            *(self._recall_ops(tenant, session_id, recalls.ids, recalls.bodies) if recalls else ()),
+        ]
         async with self._call() as call:
-            existing = await call.on(keys[0], lambda: self._script(_PUT_CHECKPOINT, keys, *args))
+            existing = (await self._batch(call, ops, {0: _PUT_CHECKPOINT}))[0]
         if existing is None:
             return checkpoint
         return Checkpoint.from_json(jsoncodec.loads(existing))
@@ -976,6 +983,17 @@ class RedisStore:
     ) -> None:
         if not recalls and not bodies:
             return
+        ops = self._recall_ops(tenant, session_id, recalls, bodies)
+        async with self._call() as call:
+            await call.batch(ops)
+
+    def _recall_ops(
+        self,
+        tenant: str,
+        session_id: str,
+        recalls: Mapping[str, Sequence[str]],
+        bodies: Mapping[str, Message],
+    ) -> list[Op]:
         recall_key = _session_keys(tenant, session_id)[5]
         # Many hash tags (the session's, each body's): pipelines, not a transaction nor a
         # script. HSETNX and SET NX are each atomic: an id keeps the hashes first written
@@ -995,8 +1013,7 @@ class RedisStore:
             )
             for digest, message in bodies.items()
         ]
-        async with self._call() as call:
-            await call.batch(ops)
+        return ops
 
     async def recalled(self, tenant: str, session_id: str, recall_id: str) -> list[Message] | None:
         recall_key = _session_keys(tenant, session_id)[5]
