@@ -240,7 +240,7 @@ class MessagesStream:
 
     def end_round(self) -> tuple[list[Call], bool]:
         """The round's proxy calls and whether it called the client's tools too."""
-        ours = [_call(self._blocks[i], self._inputs.get(i)) for i in self._ours]
+        ours = [_call(self._blocks[i], self._inputs.get(i) or None) for i in self._ours]
         return ours, self._theirs
 
     def continued(self, body: Mapping[str, Any], results: Sequence[tuple[Call, str]]) -> JSON:
