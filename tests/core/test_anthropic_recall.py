@@ -208,7 +208,8 @@ def test_rounds_are_one_message_to_the_client() -> None:
     relayed += stream.finish()
     kinds = [event["type"] for event in relayed]
     assert kinds.count("message_start") == kinds.count("message_delta") == 1
-    assert kinds.count("message_stop") == 1 and kinds[-1] == "message_stop"
+    assert kinds.count("message_stop") == 1
+    assert kinds[-1] == "message_stop"
     assert relayed[0]["message"]["id"] == "msg_1"
     assert "context_recall" not in json.dumps(relayed)
     assert rebuilt(relayed) == [THINK, text("Looking. "), THINK_2, text("It is 42.")]
@@ -298,7 +299,7 @@ def test_tool_inputs_are_rebuilt_for_the_next_round() -> None:
     stream = MessagesStream()
     server = {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}}
     cited = {"type": "text", "text": ""}
-    start = [
+    start: list[JSON] = [
         {"type": "message_start", "message": {"id": "msg_1", "usage": USAGE_1}},
         {"type": "content_block_start", "index": 0, "content_block": server},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta",

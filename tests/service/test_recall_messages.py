@@ -12,6 +12,7 @@ thinking block's signature and refuses an unpaired `tool_use` or `tool_result`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,7 +24,7 @@ from fastapi import FastAPI
 
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core.tokens import O200K_BASE
-from proxy.mock_upstream import MockUpstream
+from proxy.mock_upstream import MockUpstream, Reply, ToolCall
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.mock_messages import EPHEMERAL, MODEL, READ_FILE, echoed, tool_result
@@ -60,9 +61,14 @@ def provider() -> MockUpstream:
 
 
 @pytest.fixture
-async def proxy_app(provider: MockUpstream) -> AsyncIterator[FastAPI]:
+def context() -> dict[str, Any]:
+    return {**CONTEXT, "context_window": WINDOW}
+
+
+@pytest.fixture
+async def proxy_app(provider: MockUpstream, context: dict[str, Any]) -> AsyncIterator[FastAPI]:
     async with serve(provider.app) as base_url:
-        settings = make_settings(f"{base_url}/v1", context={**CONTEXT, "context_window": WINDOW})
+        settings = make_settings(f"{base_url}/v1", context=context)
         app = create_app(settings)
         async with LifespanManager(app):
             yield app
@@ -78,9 +84,10 @@ class Client:
     """The client's side: the whole history every request, each answer sent back as it
     came, every event of every stream kept."""
 
-    def __init__(self, sdk: anthropic.AsyncAnthropic, stream: bool) -> None:
+    def __init__(self, sdk: anthropic.AsyncAnthropic, stream: bool, **fields: Any) -> None:
         self.sdk = sdk
         self.stream = stream
+        self.fields = fields
         self.messages: list[dict[str, Any]] = []
         self.answers: list[Message] = []
         self.events: list[str] = []
@@ -93,6 +100,7 @@ class Client:
             "tools": [READ_FILE],
             "thinking": THINKING,
             "messages": marked(self.messages),
+            **self.fields,
         }
         if not self.stream:
             message: Message = await self.sdk.messages.create(**body)
@@ -105,18 +113,27 @@ class Client:
     async def turn(self, words: str) -> str:
         self.messages.append({"role": "user", "content": words})
         while True:
-            message = await self._create()
-            self.answers.append(message)
-            self.messages.append(echoed(message))
+            message = await self.answer()
             calls = [block for block in message.content if block.type == "tool_use"]
             if not calls:
                 return "".join(b.text for b in message.content if b.type == "text")
-            results = []
-            for call in calls:
-                assert call.name == "read_file", f"the client was asked to run {call.name}"
-                path = str(call.input["path"])  # type: ignore[index]
-                results.append(tool_result(call.id, file_text(path)))
-            self.messages.append({"role": "user", "content": results})
+            self.run(calls)
+
+    async def answer(self) -> Message:
+        """One request; its answer is kept and sent back with the next."""
+        message = await self._create()
+        self.answers.append(message)
+        self.messages.append(echoed(message))
+        return message
+
+    def run(self, calls: list[Any]) -> None:
+        """The client's tools run, their results in the next user message."""
+        results = []
+        for call in calls:
+            assert call.name == "read_file", f"the client was asked to run {call.name}"
+            path = str(call.input["path"])
+            results.append(tool_result(call.id, file_text(path)))
+        self.messages.append({"role": "user", "content": results})
 
 
 def _recall_rounds(provider: MockUpstream) -> list[dict[str, Any]]:
@@ -155,7 +172,8 @@ async def test_a_value_only_a_cleared_result_held_is_recalled(
     rounds = _recall_rounds(provider)
     assert rounds
     *_, turn, results = rounds[-1]["messages"]
-    assert turn["role"] == "assistant" and turn["content"][0]["type"] == "thinking"
+    assert turn["role"] == "assistant"
+    assert turn["content"][0]["type"] == "thinking"
     used = [b for b in turn["content"] if b["type"] == "tool_use"]
     assert {b["name"] for b in used} == {"context_recall"}
     assert [b["tool_use_id"] for b in results["content"]] == [b["id"] for b in used]
@@ -182,3 +200,75 @@ async def test_a_value_only_a_cleared_result_held_is_recalled(
             if signature in client_thinking:
                 clean = {k: v for k, v in block.items() if k != "cache_control"}
                 assert clean == client_thinking[signature]
+
+
+async def _compacted(client: Client, provider: MockUpstream) -> dict[str, Any]:
+    """The agent run until compaction cleared the first result; the last request's body."""
+    for step in range(1, 7):
+        await client.turn(f"Step {step}: read the next config part.")
+    last: dict[str, Any] = messages_requests(provider)[-1].json()
+    assert SECRET not in json.dumps(last["messages"])
+    return last
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_call_of_the_proxys_tool_beside_the_clients_goes_back_without_it(
+    sdk: anthropic.AsyncAnthropic, provider: MockUpstream, stream: bool
+) -> None:
+    client = Client(sdk, stream)
+    last = await _compacted(client, provider)
+    [rid, *_] = re.findall(r"rc_[a-z2-7]{10}", json.dumps(last["messages"]))
+    recall = ToolCall("context_recall", json.dumps({"id": rid}), id="toolu_recall")
+    read = ToolCall("read_file", json.dumps({"path": "config/part_0.env"}), id="toolu_read")
+    provider.queue(Reply(content=None, tool_calls=(recall, read)))
+    client.messages.append({"role": "user", "content": "Read config/part_0.env again."})
+    message = await client.answer()
+    # The client's call, after the thinking that opened the answer; the proxy's taken out.
+    assert [b.type for b in message.content] == ["thinking", "tool_use"]
+    assert message.content[1].id == "toolu_read"  # type: ignore[union-attr]
+    assert message.stop_reason == "tool_use"
+    # The thinking stays byte for byte, whatever it says (its signature covers it, and the
+    # turn must open with it when it comes back); nothing else names the proxy's tool.
+    unsaid = [{k: v for k, v in m.items() if k != "content"} for m in client.messages]
+    said = [b for m in client.messages if isinstance(m["content"], list) for b in m["content"]]
+    assert "context_recall" not in json.dumps(unsaid)
+    assert "context_recall" not in json.dumps([b for b in said if b["type"] != "thinking"])
+    # The client's own loop goes on: the turn it sends back passes the strict checks.
+    client.run([b for b in message.content if b.type == "tool_use"])
+    await client.answer()
+    assert provider.strict_rejections == 0
+
+
+@pytest.mark.parametrize(
+    ("context", "fields"),
+    [
+        ({**CONTEXT, "context_window": WINDOW, "recall": False}, {}),
+        (
+            {**CONTEXT, "context_window": WINDOW},
+            {"tool_choice": {"type": "tool", "name": "read_file"}},
+        ),
+    ],
+    ids=["recall off", "one tool forced"],
+)
+async def test_no_recall_is_offered_when_off_or_ruled_out(
+    sdk: anthropic.AsyncAnthropic, provider: MockUpstream, fields: dict[str, Any]
+) -> None:
+    client = Client(sdk, stream=False)
+    client.fields = fields
+    if fields:
+        # A forced tool and thinking do not go together: the agent runs without it until
+        # compaction removed the secret, then asks with its tool forced.
+        await _compacted(client, provider)
+        client.messages.append({"role": "user", "content": QUESTION})
+        client.fields = {**fields, "thinking": {"type": "disabled"}}
+        await client.answer()
+    else:
+        await _compacted(client, provider)
+        answer = await client.turn(QUESTION)
+        assert "I do not have the value of DEPLOY_TOKEN" in answer
+    body = messages_requests(provider)[-1].json()
+    assert "context_recall" not in json.dumps(body)
+    assert [t["name"] for t in body["tools"]] == ["read_file"]
+    assert "call it again if needed" in json.dumps(body["messages"])
+    assert provider.recall_calls == 0
+    assert provider.strict_rejections == 0
