@@ -4,8 +4,9 @@ When a forwarded request offers `context_recall` (`proxy.core.recall`) and the a
 it and nothing of the client's, the proxy resolves each call (the compaction that named the
 id in this very request, else the store), appends the call and its result and asks again,
 at most `context.recall_max_rounds` times; the request after the last round no longer offers
-the tool, so the model must answer. The client gets one answer (`proxy.core.recall_rounds`):
-streamed as one response, the text written before a call relayed as it came.
+the tool, so the model must answer. The client gets one answer (`proxy.core.recall_rounds`;
+`proxy.core.anthropic_recall` on the Messages API): streamed as one response, the text written
+before a call relayed as it came.
 
 A recall never fails the request: an id the session does not hold gets a result saying so
 (never another conversation's content), the store down gets "unavailable", and a round the
