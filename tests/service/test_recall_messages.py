@@ -28,7 +28,7 @@ from proxy.mock_upstream import MockUpstream, Reply, ToolCall
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.mock_messages import EPHEMERAL, MODEL, READ_FILE, echoed, tool_result
-from tests.servers import serve
+from tests.servers import serve, serve_in_thread
 from tests.service.messages_run import (
     THINKING,
     anthropic_sdk,
@@ -158,6 +158,12 @@ async def test_a_value_only_a_cleared_result_held_is_recalled(
     # Offered in the Messages API's own tool format, after the client's tool.
     assert [t["name"] for t in last["tools"]] == ["read_file", "context_recall"]
     assert set(last["tools"][1]) == {"name", "description", "input_schema"}
+    # Once offered, offered on every request after, the same bytes: the prefix the provider
+    # caches (tools first, then system) changed once, with the compaction that named an id.
+    bodies = [r.body for r in messages_requests(provider)]
+    first = next(n for n, raw in enumerate(bodies) if b'"name":"context_recall"' in raw)
+    tools = {json.dumps(json.loads(raw)["tools"]) for raw in bodies[first:]}
+    assert len(tools) == 1
     answered = len(client.answers)
     answer = await client.turn(QUESTION)
     assert SECRET in answer
@@ -272,3 +278,41 @@ async def test_no_recall_is_offered_when_off_or_ruled_out(
     assert "call it again if needed" in json.dumps(body["messages"])
     assert provider.recall_calls == 0
     assert provider.strict_rejections == 0
+
+
+def test_the_sync_sdk_streams_a_recall_over_real_sockets() -> None:
+    provider = provider_for()
+    context = {**CONTEXT, "context_window": WINDOW}
+    with serve_in_thread(provider.app) as mock_url:
+        app = create_app(make_settings(f"{mock_url}/v1", context=context))
+        with (
+            serve_in_thread(app) as proxy_url,
+            anthropic.Anthropic(api_key="sk-ant-sync", base_url=proxy_url, max_retries=0) as sdk,
+        ):
+            messages: list[dict[str, Any]] = []
+            said = ""
+            steps = [f"Step {n}: read the next config part." for n in range(1, 7)]
+            for words in [*steps, QUESTION]:
+                messages.append({"role": "user", "content": words})
+                while True:
+                    body: dict[str, Any] = {
+                        "model": MODEL,
+                        "max_tokens": 1500,
+                        "system": SYSTEM,
+                        "tools": [READ_FILE],
+                        "thinking": THINKING,
+                        "messages": marked(messages),
+                    }
+                    with sdk.messages.stream(**body) as stream:
+                        message = stream.get_final_message()
+                    messages.append(echoed(message))
+                    calls = [b for b in message.content if b.type == "tool_use"]
+                    if not calls:
+                        said = "".join(b.text for b in message.content if b.type == "text")
+                        break
+                    results = [tool_result(c.id, file_text(str(c.input["path"]))) for c in calls]
+                    messages.append({"role": "user", "content": results})
+    assert SECRET in said
+    assert provider.recall_calls >= 1
+    assert provider.strict_rejections == provider.overflows == 0
+    assert "context_recall" not in json.dumps(messages)
