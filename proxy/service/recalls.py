@@ -241,12 +241,12 @@ class RecallRun:
 
     async def _relayed(self, opened: Opened, stream: _Stream) -> AsyncIterator[bytes]:
         """One round's events as the client gets them."""
+        named = self._turn.responses or self._turn.anthropic
         async for data, event in _events(opened.head, opened.response):
             if data is None:
                 if b"[DONE]" not in event:
                     yield event  # a comment (a keep-alive)
                 continue
-            named = self._turn.responses or self._turn.anthropic
             for out in stream.feed(data):
                 yield _event(out, named=named)
 
