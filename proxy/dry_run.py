@@ -34,10 +34,17 @@ from pydantic import ValidationError
 
 from proxy.adapters.recording_upstream import RECORD_HEADER, RecordingUpstream
 from proxy.adapters.upstream import AiohttpUpstream
+from proxy.core import anthropic, jsoncodec
 from proxy.core.breakdown import Breakdown, breakdown
 from proxy.core.headers import Headers
 from proxy.core.policy import Strategy
-from proxy.core.request import Api, ChatRequest, parse_chat_request, parse_responses_request
+from proxy.core.request import (
+    Api,
+    ChatRequest,
+    parse_chat_request,
+    parse_messages_request,
+    parse_responses_request,
+)
 from proxy.core.responses import readable
 from proxy.core.urls import split_credentials
 from proxy.errors import InvalidRequestError, ProxyError
@@ -48,6 +55,8 @@ from proxy.settings import AuthSettings, RedisSettings, Settings
 MODELS_TIMEOUT_S = 10.0
 # The session `inspect`'s request is sent as (the store is its own, and empty).
 SESSION = "inspect"
+# The `anthropic-version` a Messages API request is sent with (the SDKs' current one).
+ANTHROPIC_VERSION = "2023-06-01"
 
 
 class DryRunError(Exception):
@@ -84,24 +93,28 @@ class Report:
     notes: tuple[str, ...] = ()
     input: list[Any] | None = None
     """For a Responses API request: the `input` items that would be forwarded."""
+    forwarded: dict[str, Any] | None = None
+    """For a Messages API request: the `system` and `messages` that would be forwarded."""
     window_source: str | None = None
     """Where the window came from, when `inspect` set it itself (`--context-window`)."""
 
     def as_json(self) -> dict[str, Any]:
         """The `--json` object."""
-        found = {
+        found: dict[str, Any] = {
             "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after,
             "pressure_before": round(self.pressure_before, 4),
             "strategy_applied": self.strategy_applied,
             "messages": self.messages,
         }
+        if self.forwarded is not None:
+            found["forwarded"] = self.forwarded
         return found if self.input is None else {**found, "input": self.input}
 
 
 async def inspect_file(path: Path, settings: Settings, options: Options) -> Report:
-    """Send the chat completion (or Responses API) request in `path` through the proxy as
-    `serve` runs it, to a recording upstream. Raises `DryRunError`."""
+    """Send the chat completion (or Responses API, or Messages API) request in `path` through
+    the proxy as `serve` runs it, to a recording upstream. Raises `DryRunError`."""
     from proxy.web import create_app  # the web layer only when a dry run is made
 
     request = _read(path)
@@ -129,13 +142,48 @@ def _read(path: Path) -> ChatRequest:
         raw = path.read_bytes()
     except OSError as exc:
         raise DryRunError(f"cannot read {path}: {exc.strerror}") from exc
-    # A Responses API body has `input` where a chat completion has `messages`.
-    responses = b'"messages"' not in raw and b'"input"' in raw
+    api = _api_of(raw)
     try:
-        return parse_responses_request(raw) if responses else parse_chat_request(raw)
+        return _PARSERS[api](raw)
     except InvalidRequestError as exc:
-        kind = "Responses API" if responses else "chat completion"
-        raise DryRunError(f"{path} is not a {kind} request: {exc.message}") from exc
+        raise DryRunError(f"{path} is not a {_KINDS[api]} request: {exc.message}") from exc
+
+
+_PARSERS = {
+    Api.CHAT: parse_chat_request,
+    Api.RESPONSES: parse_responses_request,
+    Api.MESSAGES: parse_messages_request,
+}
+_KINDS = {Api.CHAT: "chat completion", Api.RESPONSES: "Responses API", Api.MESSAGES: "Messages API"}
+# Content blocks only the Messages API has (a chat completion's parts are `text`, `image_url`,
+# `input_audio`, `file`).
+_MESSAGES_BLOCKS = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"}
+)
+
+
+def _api_of(raw: bytes) -> Api:
+    """The API a request file is written for: a Responses API body has `input` where the
+    others have `messages`; a Messages API body (Claude Code's, the `anthropic` SDK's) has a
+    top-level `system` or `thinking`, a Claude model, or blocks only that API has."""
+    try:
+        body = jsoncodec.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return Api.CHAT  # the chat parser says what is wrong with it
+    if not isinstance(body, dict):
+        return Api.CHAT
+    if "messages" not in body and "input" in body:
+        return Api.RESPONSES
+    model = body.get("model")
+    if "system" in body or "thinking" in body or str(model).startswith("claude"):
+        return Api.MESSAGES
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") in _MESSAGES_BLOCKS:
+                return Api.MESSAGES
+    return Api.CHAT
 
 
 def _settings_for(settings: Settings, options: Options) -> Settings:
@@ -235,8 +283,11 @@ class _Run:
         self.context = detail["context"] or {}
 
     async def _send(self, incoming: Incoming) -> None:
-        api = self.request.api
-        handle = self.service.response if api is Api.RESPONSES else self.service.chat_completion
+        handle = {
+            Api.CHAT: self.service.chat_completion,
+            Api.RESPONSES: self.service.response,
+            Api.MESSAGES: self.service.messages,
+        }[self.request.api]
         try:
             reply = await handle(incoming, self.request.raw)
         except ProxyError as exc:
@@ -256,8 +307,9 @@ class _Run:
         if not recorder.recorded:
             raise DryRunError("serve would forward nothing for this request")
         sent = recorder.recorded[-1]
-        parse = parse_responses_request if self.request.api is Api.RESPONSES else parse_chat_request
-        forwarded = parse(sent.body)
+        api = self.request.api
+        forwarded = _PARSERS[api](sent.body)
+        wire = sent.json()
         counter = self.service.counter_for(self.request.model)
         before = int(self.headers["x-compaction-tokens-before"])
         after = int(self.headers["x-compaction-tokens-after"])
@@ -276,9 +328,10 @@ class _Run:
             trigger=self.context["trigger"],
             target=self.context["target"],
             strategy_applied=self._strategy(),
-            messages=readable(forwarded.messages),
+            messages=(anthropic.readable if api is Api.MESSAGES else readable)(forwarded.messages),
             notes=(*notes, *self._explained()),
-            input=sent.json()["input"] if self.request.api is Api.RESPONSES else None,
+            input=wire["input"] if api is Api.RESPONSES else None,
+            forwarded=_messages_sent(wire) if api is Api.MESSAGES else None,
             window_source="--context-window" if self.options.context_window else None,
         )
 
@@ -301,19 +354,31 @@ class _Run:
         return []
 
 
+def _messages_sent(body: dict[str, Any]) -> dict[str, Any]:
+    """What a Messages API body forwards of the conversation: its `system` and `messages`."""
+    return {k: body[k] for k in ("system", "messages") if k in body}
+
+
 def _incoming(request: ChatRequest) -> Incoming:
-    """The request as a client would send it: with the OpenAI SDK's key from the environment
-    (the credentials `serve` passes on when it has no key of its own), in one session."""
+    """The request as a client would send it: with the SDK's key from the environment (the
+    credentials `serve` passes on when it has no key of its own: the OpenAI SDK's, or the
+    `anthropic` SDK's with its API version for a Messages API request), in one session."""
     headers: Headers = [
         ("content-type", "application/json"),
         ("x-session-id", SESSION),
         (RECORD_HEADER, "1"),
     ]
-    key = os.environ.get("OPENAI_API_KEY")
-    if key:
-        headers.append(("authorization", f"Bearer {key}"))
-    path = "responses" if request.api is Api.RESPONSES else "chat/completions"
-    return Incoming("POST", path, "", headers)
+    if request.api is Api.MESSAGES:
+        headers.append(("anthropic-version", ANTHROPIC_VERSION))
+        key = os.environ.get("ANTHROPIC_API_KEY")
+        if key:
+            headers.append(("x-api-key", key))
+    else:
+        key = os.environ.get("OPENAI_API_KEY")
+        if key:
+            headers.append(("authorization", f"Bearer {key}"))
+    path = {Api.CHAT: "chat/completions", Api.RESPONSES: "responses", Api.MESSAGES: "messages"}
+    return Incoming("POST", path[request.api], "", headers)
 
 
 def render_text(report: Report) -> str:

@@ -335,3 +335,69 @@ def test_a_request_whose_history_the_provider_keeps_is_not_a_turn(
     code, _, err = inspect(capsys, str(_written(tmp_path, json.dumps(request))))
     assert code == EXIT_INPUT
     assert "serve would not compact this request (server_state)" in err
+
+
+def messages_request(turns: int = 40) -> dict[str, Any]:
+    """The same agent on the Messages API, as Claude Code sends it: system blocks, thinking
+    before each call, every result in the next user message."""
+    messages: list[Any] = [{"role": "user", "content": "Fix the failing test in src/app.py."}]
+    for i in range(turns):
+        thinking = {"type": "thinking", "thinking": f"Read m{i}.", "signature": f"sig{i}=="}
+        call = {"type": "tool_use", "id": f"toolu_{i}", "name": "read_file",
+                "input": {"path": f"src/m{i}.py"}}  # fmt: skip
+        output = f"# module {i}\n" + "def f():\n    return 1\n" * 200
+        messages += [
+            {"role": "assistant", "content": [thinking, call]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": output}]},
+        ]  # fmt: skip
+    tools = [{"name": "read_file", "input_schema": {"type": "object"}}]
+    return {"model": "claude-sonnet-4-6", "max_tokens": 4096,
+            "system": [{"type": "text", "text": "You are a coding agent."}],
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": messages, "tools": tools}  # fmt: skip
+
+
+def test_a_messages_api_request_is_inspected_and_given_back_as_it_would_be_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps(messages_request()))
+    code, out, _ = inspect(capsys, str(path), "--context-window", "32000", "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["strategy_applied"] == "clear_tool_results"
+    assert report["tokens_after"] < report["tokens_before"] / 2
+    assert report["messages"][0]["role"] == "system"
+    assert not any("_source" in message for message in report["messages"])
+    sent = report["forwarded"]
+    assert sent["system"] == [{"type": "text", "text": "You are a coding agent."}]
+    assert sent["messages"][0] == messages_request()["messages"][0]
+    thinking = [b for m in sent["messages"] if m["role"] == "assistant" for b in m["content"]
+                if b["type"] == "thinking"]  # fmt: skip
+    assert len(thinking) == 40  # kept, byte for byte, with their calls
+    assert thinking[0] == messages_request()["messages"][1]["content"][0]
+    code, out, _ = inspect(capsys, str(path), "--context-window", "32000")
+    assert code == 0
+    assert "action: clear_tool_results" in out
+    code, _, err = inspect(capsys, str(_written(tmp_path, '{"system": "s", "messages": 3}')))
+    assert code == EXIT_INPUT
+    assert "is not a Messages API request" in err
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "claude-haiku-4-5", "stream": True,
+         "messages": [{"role": "user", "content": "hi"}]},
+        {"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]},
+    ],
+)  # fmt: skip
+def test_a_messages_api_request_is_told_by_its_model_or_its_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: dict[str, Any]
+) -> None:
+    path = _written(tmp_path, json.dumps(body))
+    code, out, err = inspect(capsys, str(path), "--context-window", "32000", "--json")
+    assert code == 0, err
+    assert "forwarded" in json.loads(out)

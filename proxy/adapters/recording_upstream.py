@@ -143,14 +143,17 @@ class RecordingUpstream:
 
 
 def answer_for(path: str, body: bytes) -> Answer:
-    """A minimal valid answer to the chat completion or Responses API request `body` sent
-    to `path`: an empty assistant message, streamed when the request asks for a stream."""
+    """A minimal valid answer to the chat completion, Responses API or Messages API request
+    `body` sent to `path`: an empty assistant message, streamed when the request asks for a
+    stream."""
     try:
         request = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         request = {}
     request = request if isinstance(request, dict) else {}
     model, stream = request.get("model"), request.get("stream") is True
+    if path.rstrip("/").endswith("messages"):
+        return _message(model, stream=stream)
     responses = path.rstrip("/").endswith("responses")
     if responses:
         done: dict[str, Any] = {
@@ -178,6 +181,22 @@ def answer_for(path: str, body: bytes) -> Answer:
     chunk = {**completion, "object": "chat.completion.chunk",
              "choices": [{**choice, "delta": {"role": "assistant", "content": ""}}]}  # fmt: skip
     return Answer(200, [("content-type", "text/event-stream")], _data(chunk) + b"data: [DONE]\n\n")
+
+
+def _message(model: object, *, stream: bool) -> Answer:
+    """An empty Messages API message (no usage: nothing to calibrate by), or its events."""
+    message = {"id": "msg_inspect", "type": "message", "role": "assistant", "model": model,
+               "content": [], "stop_reason": "end_turn", "stop_sequence": None}  # fmt: skip
+    if not stream:
+        return _json(message)
+    stopped = {"stop_reason": "end_turn", "stop_sequence": None}
+    return _events(
+        [
+            {"type": "message_start", "message": {**message, "stop_reason": None}},
+            {"type": "message_delta", "delta": stopped},
+            {"type": "message_stop"},
+        ]
+    )
 
 
 def _json(payload: dict[str, Any]) -> Answer:

@@ -86,12 +86,20 @@ def may_offer(body: Mapping[str, Any]) -> bool:
     is never changed, and a forced function must stay the only one called)."""
     if not body.get("tools"):
         return False
-    # An object names one function, or restricts the model to some of the client's tools.
-    return body.get("tool_choice") in (None, "auto", "required")
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        # The Messages API's `{"type": "auto"}` and `{"type": "any"}` leave the model its
+        # choice; any other object names one function, or restricts the model to some of the
+        # client's tools (or to none: `{"type": "none"}`).
+        return choice.get("type") in ("auto", "any")
+    return choice in (None, "auto", "required")
 
 
-def tool(responses: bool) -> dict[str, Any]:
-    """The `context_recall` tool in the shape of the request's API."""
+def tool(responses: bool, *, anthropic: bool = False) -> dict[str, Any]:
+    """The `context_recall` tool in the shape of the request's API (`anthropic`: the
+    Messages API's, a flat tool with an `input_schema`)."""
+    if anthropic:
+        return {"name": TOOL, "description": _DESCRIPTION, "input_schema": _PARAMETERS}
     if responses:
         return {
             "type": "function",
@@ -106,13 +114,20 @@ def tool(responses: bool) -> dict[str, Any]:
     }
 
 
-def with_tool(body: Mapping[str, Any], *, responses: bool) -> dict[str, Any]:
+def with_tool(
+    body: Mapping[str, Any], *, responses: bool, anthropic: bool = False
+) -> dict[str, Any]:
     """`body` offering `context_recall` after the client's tools (once: a client that named
-    a tool so is left as it is)."""
+    a tool so is left as it is).
+
+    Last, so that the client's tools keep their bytes and places: a provider renders the
+    tools first (the Messages API before `system`), and a breakpoint the client set on its
+    last tool still closes the same prefix. The tool's own bytes never change, and once a
+    compaction named an id every later request offers it, so what follows is stable too."""
     tools = list(body.get("tools") or [])
     if any(_tool_name(t) == TOOL for t in tools):
         return dict(body)
-    return {**body, "tools": [*tools, tool(responses)]}
+    return {**body, "tools": [*tools, tool(responses, anthropic=anthropic)]}
 
 
 def without_tool(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,7 +146,8 @@ def _tool_name(tool: object) -> str | None:
 
 
 def is_ours(call: Mapping[str, Any]) -> bool:
-    """Whether a chat tool call (or a Responses `function_call` item) calls `context_recall`."""
+    """Whether a chat tool call (a Responses `function_call` item, a Messages `tool_use`
+    block) calls `context_recall`."""
     function = call.get("function")
     name = function.get("name") if isinstance(function, dict) else call.get("name")
     return name == TOOL

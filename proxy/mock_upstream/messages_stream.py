@@ -80,7 +80,9 @@ def _opened(block: JSON) -> JSON:
         return {"type": "text", "text": ""}
     if block["type"] == "thinking":
         return {"type": "thinking", "thinking": "", "signature": ""}
-    return {**block, "input": {}}  # a tool_use block, the only other kind the mock writes
+    if block["type"] == "tool_use":
+        return {**block, "input": {}}
+    return block  # redacted thinking (and any other block) comes whole, as Anthropic sends it
 
 
 def _deltas(block: JSON, *, endless: bool) -> Iterator[JSON]:

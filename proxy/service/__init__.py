@@ -177,21 +177,26 @@ class ProxyService:
 
     async def chat_completion(self, incoming: Incoming, raw: bytes) -> Reply:
         """Compact if needed, forward, and relay the answer (streams chunk by chunk)."""
-        return await self._handle(incoming, raw, parse_chat_request)
+        return await self._handle(incoming, raw, parse_chat_request, Api.CHAT)
 
     async def response(self, incoming: Incoming, raw: bytes) -> Reply:
         """The same for a Responses API request (`POST /v1/responses`); one whose `input`
         ends with `compaction_trigger` is a compaction request (see `compact`)."""
         manage = self._compactions is not None
         return await self._handle(
-            incoming, raw, lambda r: parse_responses_request(r, self._sealer, manage=manage)
+            incoming,
+            raw,
+            lambda r: parse_responses_request(r, self._sealer, manage=manage),
+            Api.RESPONSES,
         )
 
     async def compact(self, incoming: Incoming, raw: bytes) -> Reply:
         """A compaction request (`POST /v1/responses/compact`): answered by the proxy, or
         forwarded untouched (`responses.compaction`; and always when the provider holds the
         history, `previous_response_id`). The reply names who in `x-compaction-handled-by`."""
-        return await self._handle(incoming, raw, lambda r: parse_compact_request(r, self._sealer))
+        return await self._handle(
+            incoming, raw, lambda r: parse_compact_request(r, self._sealer), Api.RESPONSES
+        )
 
     async def input_tokens(self, incoming: Incoming, raw: bytes) -> Reply:
         """`POST /v1/responses/input_tokens`: forwarded with the proxy's compaction items
@@ -215,7 +220,7 @@ class ProxyService:
 
     async def messages(self, incoming: Incoming, raw: bytes) -> Reply:
         """The same for a Messages API request (`POST /v1/messages`, Claude Code's)."""
-        return await self._handle(incoming, raw, parse_messages_request)
+        return await self._handle(incoming, raw, parse_messages_request, Api.MESSAGES)
 
     async def count_tokens(self, incoming: Incoming, raw: bytes) -> Reply:
         """`POST /v1/messages/count_tokens`: forwarded, or answered from the proxy's
@@ -223,13 +228,14 @@ class ProxyService:
         return await self._counts.answer(incoming, raw)
 
     async def _handle(
-        self, incoming: Incoming, raw: bytes, parse: Callable[[bytes], ChatRequest]
+        self, incoming: Incoming, raw: bytes, parse: Callable[[bytes], ChatRequest], api: Api
     ) -> Reply:
         """The request path, top to bottom. Each step returns the next value (the request,
         the turn, the outcome, the answer) and `access` is remade from them as they come,
-        so that whatever ends the request, its log line says what was known by then."""
+        so that whatever ends the request, its log line says what was known by then (`api`:
+        the route's, for a body that does not parse)."""
         watch = Stopwatch(self.metrics, log_content=self._log_content)
-        access = Access()
+        access = Access(api=api)
         try:
             request = parse(raw)
             access = Access(request)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.core.messages import Message, role, text
-from proxy.core.request import ChatRequest
+from proxy.core.request import Api, ChatRequest
 from proxy.errors import ProxyError
 from proxy.observability.metrics import Metrics
 from proxy.service.outcome import Outcome
@@ -64,6 +64,9 @@ class Access:
     """The tenant, when known without a turn (a passthrough)."""
     compaction_by: str | None = None
     """Who answered a compaction request (`proxy` or `upstream`; `proxy.core.delegation`)."""
+    api: Api | None = None
+    """The API of the route the request came by, known before its body is read: a body that
+    does not parse is still logged as what it was meant to be."""
 
     def fields(self, status: int) -> dict[str, Any]:
         """The log line's fields known from the request (null when unknown); the
@@ -71,7 +74,7 @@ class Access:
         request, turn, outcome = self.request, self.turn, self.outcome
         tenant = turn.tenant if turn else self.tenant
         fields: dict[str, Any] = {
-            "api": request.api.value if request else None,
+            "api": request.api.value if request else self.api.value if self.api else None,
             "session": turn.session if turn else None,
             "tenant": tenant[:TENANT_CHARS] if tenant else None,
             "model": request.model if request else None,

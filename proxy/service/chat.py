@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
-from proxy.core import jsoncodec, recall
+from proxy.core import jsoncodec
 from proxy.core.anthropic_stream import MessagesTap
 from proxy.core.anthropic_usage import calibration_usage
 from proxy.core.budget import output_reserve
@@ -143,7 +143,7 @@ class ChatForwarder:
         else:
             body = wire_body(request, messages)
             body = with_usage_requested(body)[0] if usage_added else body
-            body = recall.with_tool(body, responses=turn.responses) if offered else body
+            body = turn.with_recall(body) if offered else body
             payload = _dumps(body)
         response = await self._post(turn, payload, watch)
         head, error = await watch.body(_opening(response, request))

@@ -4,8 +4,9 @@ When a forwarded request offers `context_recall` (`proxy.core.recall`) and the a
 it and nothing of the client's, the proxy resolves each call (the compaction that named the
 id in this very request, else the store), appends the call and its result and asks again,
 at most `context.recall_max_rounds` times; the request after the last round no longer offers
-the tool, so the model must answer. The client gets one answer (`proxy.core.recall_rounds`):
-streamed as one response, the text written before a call relayed as it came.
+the tool, so the model must answer. The client gets one answer (`proxy.core.recall_rounds`;
+`proxy.core.anthropic_recall` on the Messages API): streamed as one response, the text written
+before a call relayed as it came.
 
 A recall never fails the request: an id the session does not hold gets a result saying so
 (never another conversation's content), the store down gets "unavailable", and a round the
@@ -28,6 +29,13 @@ from typing import Any
 from proxy.adapters.store import StoreUnavailableError
 from proxy.adapters.upstream import UpstreamResponse
 from proxy.core import jsoncodec, recall
+from proxy.core.anthropic_recall import (
+    MessagesStream,
+    earlier_content,
+    messages_calls,
+    messages_continued,
+    messages_final,
+)
 from proxy.core.messages import Message, text
 from proxy.core.recall_rounds import (
     Call,
@@ -213,8 +221,8 @@ class RecallRun:
         """The client's stream: every round's events rewritten as one response's. The
         upstream response being read is closed when the client goes away; `record` gets the
         first round's usage once the stream has ended."""
-        responses = self._turn.responses
-        stream: ChatStream | ResponsesStream = ResponsesStream() if responses else ChatStream()
+        stream = _stream_of(self._turn)
+        named = self._turn.responses or self._turn.anthropic
         current: Opened | None = first
         try:
             while current is not None:
@@ -223,28 +231,27 @@ class RecallRun:
                 current.response.close()
                 current, body = await self._next_round(stream, body)
             for out in stream.finish(with_usage=usage_wanted):
-                yield _event(out, responses=responses)
-            if not responses:
+                yield _event(out, named=named)
+            if not named:
                 yield b"data: [DONE]\n\n"
             record(stream.first_usage)
         finally:
             if current is not None:
                 current.response.close()
 
-    async def _relayed(
-        self, opened: Opened, stream: ChatStream | ResponsesStream
-    ) -> AsyncIterator[bytes]:
+    async def _relayed(self, opened: Opened, stream: _Stream) -> AsyncIterator[bytes]:
         """One round's events as the client gets them."""
+        named = self._turn.responses or self._turn.anthropic
         async for data, event in _events(opened.head, opened.response):
             if data is None:
                 if b"[DONE]" not in event:
                     yield event  # a comment (a keep-alive)
                 continue
             for out in stream.feed(data):
-                yield _event(out, responses=self._turn.responses)
+                yield _event(out, named=named)
 
     async def _next_round(
-        self, stream: ChatStream | ResponsesStream, body: dict[str, Any]
+        self, stream: _Stream, body: dict[str, Any]
     ) -> tuple[Opened | None, dict[str, Any]]:
         """The next round's stream, opened, and its body; None when the rounds are over."""
         calls, theirs = stream.end_round()
@@ -327,6 +334,7 @@ class _Rounds:
         self.body = body
         self.first_body = body
         self.responses = turn.responses
+        self.anthropic = turn.anthropic
         self.max_rounds = turn.policy.recall_max_rounds
         self.count = 0
         self.earlier: list[Any] = []
@@ -338,11 +346,18 @@ class _Rounds:
         return self.responses and recall.TOOL.encode() in raw
 
     def calls(self, answer: Mapping[str, Any]) -> tuple[list[Call], bool]:
+        if self.anthropic:
+            return messages_calls(answer)
         return responses_calls(answer) if self.responses else chat_calls(answer)
 
     def answer(self, answer: Mapping[str, Any], results: Sequence[tuple[Call, str]]) -> None:
         """Ask again with `answer`'s calls answered by `results`."""
-        if self.responses:
+        if self.anthropic:
+            content = answer.get("content")
+            content = content if isinstance(content, list) else []
+            self.body = messages_continued(self.body, content, results)
+            self.earlier += earlier_content(content)
+        elif self.responses:
             output = answer.get("output")
             output = output if isinstance(output, list) else []
             self.body = responses_continued(self.body, output, results)
@@ -362,6 +377,8 @@ class _Rounds:
         return self
 
     def final(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        if self.anthropic:
+            return messages_final(answer, self.earlier, self.usages)
         if self.responses:
             return responses_final(answer, self.earlier, self.usages)
         return chat_final(answer, self.earlier, self.usages)
@@ -392,8 +409,19 @@ async def _events(
         yield event_data(bytes(pending)), bytes(pending)
 
 
-def _event(data: Mapping[str, Any], *, responses: bool) -> bytes:
-    """One event as the client gets it (a Responses stream names its event type)."""
-    if responses:
+_Stream = ChatStream | ResponsesStream | MessagesStream
+
+
+def _stream_of(turn: Turn) -> _Stream:
+    """The rewriting of the turn's API's stream."""
+    if turn.anthropic:
+        return MessagesStream()
+    return ResponsesStream() if turn.responses else ChatStream()
+
+
+def _event(data: Mapping[str, Any], *, named: bool) -> bytes:
+    """One event as the client gets it (a Responses or Messages stream names its event
+    type in an `event:` line)."""
+    if named:
         return b"event: " + str(data.get("type", "")).encode() + b"\ndata: " + dumps(data) + b"\n\n"
     return b"data: " + dumps(data) + b"\n\n"

@@ -133,8 +133,6 @@ class Turn:
         (the ids are resolved per session) and the request lets the model call a tool."""
         if not self.policy.recall or self.session is None:
             return None
-        if self.request.api is Api.MESSAGES:
-            return None  # not offered in the Messages API's tool format (yet)
         if not recall.may_offer(self.request.body):
             return None
         return f"{self.tenant}\0{self.session}"
@@ -151,11 +149,20 @@ class Turn:
         offered = (
             self.recall_scope is not None if messages is None else self.offers_recall(messages)
         )
-        return recall.with_tool(body, responses=self.responses) if offered else body
+        return self.with_recall(body) if offered else body
+
+    def with_recall(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """`body` offering `context_recall`, in the tool format of the request's API."""
+        return recall.with_tool(body, responses=self.responses, anthropic=self.anthropic)
 
     @property
     def responses(self) -> bool:
         return self.request.api is Api.RESPONSES
+
+    @property
+    def anthropic(self) -> bool:
+        """Whether the request is a Messages API one (`POST /v1/messages`)."""
+        return self.request.api is Api.MESSAGES
 
     @property
     def fixed(self) -> float:

@@ -31,6 +31,7 @@ from tests.core.words import COUNTER, TOOLS
 ID = re.compile(r"rc_[a-z2-7]{10}")
 CHAT_TOOL = TOOLS["tools"][0]
 RESPONSES_TOOL = {"type": "function", "name": "search", "parameters": {}}
+MESSAGES_TOOL = {"name": "read_file", "description": "Read a file.", "input_schema": {}}
 
 
 def count(text: str) -> int:
@@ -380,3 +381,30 @@ def test_a_query_naming_a_role_matches_no_message_by_its_header() -> None:
     said = answer("rc_abcdefghij", found, max_tokens=500, count=count, query="tool")
     assert "the tool said so" in said
     assert "hello" not in said
+
+
+@pytest.mark.parametrize(
+    ("choice", "offered"),
+    [
+        ({"type": "auto"}, True),
+        ({"type": "any", "disable_parallel_tool_use": True}, True),
+        ({"type": "tool", "name": "read_file"}, False),
+        ({"type": "none"}, False),
+    ],
+)
+def test_the_messages_apis_tool_choice_is_read_as_its_own(
+    choice: dict[str, Any], offered: bool
+) -> None:
+    assert may_offer({"tools": [MESSAGES_TOOL], "tool_choice": choice}) is offered
+
+
+def test_with_tool_appends_the_messages_tool_last_in_anthropics_format() -> None:
+    body = {"model": "claude-sonnet-4-6", "tools": [MESSAGES_TOOL]}
+    offered = with_tool(body, responses=False, anthropic=True)
+    assert offered["tools"][0] is MESSAGES_TOOL  # the client's tool, its bytes unchanged
+    assert offered["tools"][1] == tool(False, anthropic=True)
+    assert set(offered["tools"][1]) == {"name", "description", "input_schema"}
+    assert offered["tools"][1]["name"] == TOOL
+    assert offered["tools"][1]["input_schema"]["required"] == ["id"]
+    assert with_tool(offered, responses=False, anthropic=True) == offered
+    assert without_tool(offered) == body

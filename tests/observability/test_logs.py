@@ -132,6 +132,22 @@ async def test_a_failed_request_is_logged_with_its_status(
     assert (limited["status"], limited["action"]) == (429, "none")
 
 
+@pytest.mark.parametrize(
+    ("path", "api", "message"),
+    [
+        (CHAT, "chat", "chat completion"),
+        ("/v1/responses", "responses", "response"),
+        ("/v1/messages?beta=true", "messages", "message"),
+    ],
+)
+async def test_a_body_that_does_not_parse_is_logged_as_its_routes_api(
+    client: httpx.AsyncClient, log: io.StringIO, path: str, api: str, message: str
+) -> None:
+    assert (await client.post(path, content=b"{not json")).status_code == 400
+    [line] = access_lines(log)
+    assert (line["api"], line["message"], line["status"]) == (api, message, 400)
+
+
 async def test_compaction_off_is_logged_as_off(client: httpx.AsyncClient, log: io.StringIO) -> None:
     headers = {"authorization": f"Bearer {API_KEY}", "x-compaction": "off"}
     await client.post(CHAT, json=body(), headers=headers)
