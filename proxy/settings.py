@@ -418,6 +418,17 @@ class ResponsesSettings(_Section):
         return value
 
 
+class MessagesSettings(_Section):
+    """The Messages API (`POST /v1/messages`)."""
+
+    context_management: Literal["provider", "proxy"] = "provider"
+    """Who compacts a request whose `context_management` asks the provider to clear tool
+    uses or compact (`clear_tool_uses_*`, `compact_*`): `provider` (the default) forwards it
+    untouched and leaves that conversation to the provider, as the client asked; `proxy`
+    compacts it as any other, the edits still forwarded. Clearing thinking alone (which
+    Claude Code asks on every request, keeping all) is no such edit."""
+
+
 class Settings(_Section):
     upstream: UpstreamSettings = UpstreamSettings()
     redis: RedisSettings = RedisSettings()
@@ -431,6 +442,7 @@ class Settings(_Section):
     admin: AdminSettings = AdminSettings()
     auth: AuthSettings = AuthSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    messages: MessagesSettings = MessagesSettings()
     chat_commands: bool = False
     """Answer `/context`, `/compact` and `/context clear` (the whole last user message)
     from the proxy itself, without calling the upstream."""

@@ -33,7 +33,9 @@ TURN_LINE = re.compile(r"^\[\s*\d+/(\d+)\] agent-\d+ ", re.MULTILINE)
 DASHBOARD = re.compile(r"Dashboard: +(http://127\.0\.0\.1:(\d+)/dashboard#token=[\w-]+)")
 
 
-AGENT_ROW = re.compile(r"^(agent-\d+) \S+ \((?:whole|streamed)\) +(chat|responses) ", re.MULTILINE)
+AGENT_ROW = re.compile(
+    r"^(agent-\d+) \S+ \((?:whole|streamed)\) +(chat|responses|messages) ", re.MULTILINE
+)
 
 
 def _totals_row(output: str) -> dict[str, str]:
@@ -110,6 +112,22 @@ async def test_responses_demo_compacts_reasoning_agents_and_lists_their_sessions
         ("agent-1", "responses"),
         ("agent-2", "responses"),
     ]
+
+
+async def test_messages_demo_compacts_thinking_agents_with_no_refusal() -> None:
+    out = io.StringIO()
+    options = Options(agents=2, turns=8, port=0, wait=False, api="messages")
+    result = await run(options, out)
+    assert isinstance(result, Result)
+    totals = result.totals
+    assert [agent.api for agent in result.agents] == ["messages", "messages"]
+    # The strict mock verified every thinking signature and every tool pair: none refused.
+    assert totals.errors == totals.overflows == totals.rejections == 0
+    assert totals.compactions.total() >= 1
+    assert totals.forwarded_tokens < totals.sent_tokens
+    assert totals.summary_calls > 0
+    assert all(agent.facts_kept == len(agent.facts) for agent in result.agents)
+    assert AGENT_ROW.findall(out.getvalue()) == [("agent-1", "messages"), ("agent-2", "messages")]
 
 
 async def _printed(

@@ -16,7 +16,10 @@ than the span alone as a transcript, at the provider's price of a cached input t
 and the task too, often several times the span. When that form does not fit the window, or
 the upstream refuses it (a 4xx: a strict chat template, an overflow), the transcript form is
 sent instead. A brain of its own always gets the transcript form: it cached nothing of the
-conversation. The transcript form is always a chat completion. A span too long for the
+conversation. The transcript form is a chat completion, except for a conversation that came
+over the Messages API to a brain on its own upstream: a provider that speaks the Messages
+API may speak nothing else, so both forms go to it as Messages requests
+(`proxy.core.anthropic_summary`), its key in `x-api-key`. A span too long for the
 summarizer's own window is summarized in parts, each part folding in the summary of the
 parts before it.
 
@@ -34,6 +37,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
+from proxy.core.anthropic_summary import messages_prefix_request, messages_transcript_request
+from proxy.core.anthropic_usage import prompt_tokens
 from proxy.core.headers import Headers
 from proxy.core.messages import Message
 from proxy.core.request import Api
@@ -128,6 +133,7 @@ class Summarizer:
         self._api_key = api_key
         self._window = window
         self._cached_price = cached_price
+        self._own_upstream = own_upstream
         # The conversation's own model on its own upstream: the provider's cache there holds
         # the conversation, so the prefix form reads it from the cache.
         self._shares_cache = model is None and not own_upstream
@@ -160,14 +166,16 @@ class Summarizer:
             closing = count({"role": "user", "content": text})
             fits = _fits(prefix, closing, need.max_tokens, window)
             if fits and self._cheaper(prefix, closing, need, count):
-                form = responses_prefix_request if api is Api.RESPONSES else prefix_request
+                form = _PREFIX_FORMS.get(api, prefix_request)
                 body = form(prefix, previous=need.previous, max_tokens=need.max_tokens)
                 try:
                     return replace(await self._one(body, credentials, api), form="prefix")
                 except SummaryRefusedError as exc:
                     logger.info("the conversation's prefix was refused for a summary: %s", exc)
                     refused = True
-        result = await self._in_parts(need, credentials, count, window)
+        # A Messages conversation's own upstream may speak nothing but the Messages API.
+        transcript = Api.MESSAGES if api is Api.MESSAGES and not self._own_upstream else Api.CHAT
+        result = await self._in_parts(need, credentials, count, window, transcript)
         return replace(result, refused=refused)
 
     def _cheaper(
@@ -191,9 +199,10 @@ class Summarizer:
         credentials: Headers,
         count: Callable[[Message], int],
         window: int,
+        api: Api = Api.CHAT,
     ) -> SummaryResult:
         """The transcript form: the span in parts that fit `window`, each folding in the
-        summary of the parts before it."""
+        summary of the parts before it, sent by `api` (chat, or the Messages API)."""
         limit = _part_limit(need, count, window)
         parts = split_span(need.span, max_tokens=limit, count=count)
         summary, result = need.previous, SummaryResult(need.previous or "", None, 0)
@@ -201,7 +210,9 @@ class Summarizer:
             body = need.request_for(part, summary)
             if self._model:
                 body["model"] = self._model
-            answer = await self._one(body, credentials)
+            if api is Api.MESSAGES:
+                body = messages_transcript_request(body)
+            answer = await self._one(body, credentials, api)
             result, summary = result.plus(answer), answer.text
         if summary is None:
             raise SummaryFailedError("nothing to summarize")
@@ -212,11 +223,16 @@ class Summarizer:
     ) -> SummaryResult:
         """The answer to one summary request `body`, sent by `api`."""
         headers: Headers = [("content-type", "application/json")]
+        messages = api is Api.MESSAGES
         if self._api_key:
-            headers.append(("authorization", f"Bearer {self._api_key}"))
+            key = ("x-api-key", self._api_key) if messages else None
+            headers.append(key or ("authorization", f"Bearer {self._api_key}"))
+            headers += [(k, v) for k, v in credentials if k.lower().startswith("anthropic-")]
         else:
             headers += credentials
-        path = "responses" if api is Api.RESPONSES else "chat/completions"
+        if messages and not any(k.lower() == "anthropic-version" for k, _ in headers):
+            headers.append(("anthropic-version", ANTHROPIC_VERSION))
+        path = _PATHS[api]
         request = UpstreamRequest("POST", path, "", headers, json.dumps(body).encode())
         try:
             response, raw = await fetched(self._upstream, request)
@@ -254,6 +270,11 @@ def _part_limit(need: Summarizable, count: Callable[[Message], int], window: int
     return max(room * 9 // 10, window // 8, 1)
 
 
+ANTHROPIC_VERSION = "2023-06-01"
+"""Sent with a Messages summary request when the client's own request named none."""
+_PATHS = {Api.CHAT: "chat/completions", Api.RESPONSES: "responses", Api.MESSAGES: "messages"}
+_PREFIX_FORMS = {Api.RESPONSES: responses_prefix_request, Api.MESSAGES: messages_prefix_request}
+
 # Where each API's answer states its prompt tokens and the cached share of them.
 _INPUT = {Api.CHAT: "prompt_tokens", Api.RESPONSES: "input_tokens"}
 _INPUT_DETAILS = {Api.CHAT: "prompt_tokens_details", Api.RESPONSES: "input_tokens_details"}
@@ -267,6 +288,8 @@ def _parse(raw: bytes, api: Api = Api.CHAT) -> SummaryResult:
         raise SummaryFailedError("the summarizer's answer is not JSON") from exc
     if not isinstance(payload, dict):
         raise SummaryFailedError("the summarizer's answer is not a completion")
+    if api is Api.MESSAGES:
+        return _parse_message(payload)
     text = _response_text(payload) if api is Api.RESPONSES else completion_text(payload)
     if text is None:
         raise SummaryFailedError("the summarizer's answer has no text")
@@ -281,6 +304,33 @@ def _parse(raw: bytes, api: Api = Api.CHAT) -> SummaryResult:
         _count(usage.get("total_tokens")),
         input_tokens=_count(usage.get(_INPUT[api])),
         cached_tokens=_count(cached),
+    )
+
+
+def _parse_message(message: dict[str, Any]) -> SummaryResult:
+    """The summary in a Messages API response: its text blocks (thinking is no text); its
+    prompt is the uncached input plus the cache's reads and writes, of which the reads are
+    the cached share."""
+    content = message.get("content")
+    text = "".join(
+        block["text"]
+        for block in (content if isinstance(content, list) else ())
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+    if not text.strip():
+        raise SummaryFailedError("the summarizer's answer has no text")
+    usage = message.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = prompt_tokens(usage) or 0
+    model = message.get("model")
+    return SummaryResult(
+        text,
+        model if isinstance(model, str) else None,
+        prompt + _count(usage.get("output_tokens")),
+        input_tokens=prompt,
+        cached_tokens=_count(usage.get("cache_read_input_tokens")),
     )
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import tiktoken
 
 from proxy.core.tokens import (
+    APPROXIMATE,
     CL100K_BASE,
     DEFAULT_ENCODING,
     O200K_BASE,
@@ -152,8 +153,16 @@ class Encoders:
     approximate encoder."""
 
     def for_model(self, model: str | None) -> TextEncoder:
-        """The encoder for `model`'s family (see `proxy.core.tokens.ENCODINGS`)."""
-        return self.by_name.get(encoding_for_model(model), self.fallback)
+        """The encoder for `model`'s family (see `proxy.core.tokens.ENCODINGS`): a family
+        with no public tokenizer (Claude) is counted by `ApproximateEncoder`, which errs high
+        and is calibrated from the provider's usage like any other count."""
+        name = encoding_for_model(model)
+        if name == APPROXIMATE:
+            return _APPROXIMATE
+        return self.by_name.get(name, self.fallback)
+
+
+_APPROXIMATE = ApproximateEncoder()
 
 
 def load_encoders(

@@ -29,6 +29,10 @@ HOP_BY_HOP = frozenset(
     }
 )
 
+KEY_HEADERS = ("authorization", "api-key", "x-api-key")
+"""The headers a client's API key comes in: OpenAI's (and Claude Code's token's) bearer,
+Azure's `api-key`, Anthropic's `x-api-key`."""
+
 # Recomputed by our own HTTP stack for the bytes it actually sends: `host` for the upstream's
 # address, `content-length` for the body we send (chunked when streaming).
 _RECOMPUTED = frozenset({"host", "content-length"})
@@ -57,6 +61,7 @@ def upstream_request_headers(
     api_key: str | None,
     keep_content_length: bool = False,
     identity_encoding: bool = False,
+    anthropic: bool = False,
 ) -> Headers:
     """The client's headers as sent upstream.
 
@@ -65,18 +70,23 @@ def upstream_request_headers(
     `content-length` only when the body is relayed unchanged as a stream. With
     `identity_encoding` the client's `accept-encoding` is not passed on, so the response
     arrives uncompressed and the proxy can read it (usage, errors); the client gets the same
-    JSON, uncompressed.
+    JSON, uncompressed. `anthropic`: the request goes to the Messages API, which reads the
+    proxy's own key from `x-api-key` (Anthropic's header; a bearer token it reads as an
+    OAuth token).
     """
     drop = {"host"} | ({"content-length"} if not keep_content_length else set())
     if identity_encoding:
         drop.add("accept-encoding")
     if api_key is not None:
-        # Both ways a client presents its key (OpenAI's bearer, Azure's `api-key`): with the
-        # proxy's own key, the client's is for the proxy (`auth.keys`), never the provider.
-        drop |= {"authorization", "api-key"}
+        # Every way a client presents its key (OpenAI's bearer, Azure's `api-key`,
+        # Anthropic's `x-api-key`): with the proxy's own key, the client's is for the proxy
+        # (`auth.keys`), never the provider.
+        drop |= set(KEY_HEADERS)
     headers = _end_to_end(client_headers, frozenset(drop))
     if api_key is not None:
-        headers.append(("authorization", f"Bearer {api_key}"))
+        headers.append(
+            ("x-api-key", api_key) if anthropic else ("authorization", f"Bearer {api_key}")
+        )
     return headers
 
 

@@ -58,13 +58,13 @@ def tenant_name(name: str) -> str:
 
 def presented_key(credentials: Headers) -> str | None:
     """The key a caller presents: `Authorization: Bearer <key>`, else the `api-key` header
-    (Azure's spelling); None when it sends neither."""
+    (Azure's spelling), else `x-api-key` (Anthropic's); None when it sends none."""
     found = {name.lower(): value for name, value in reversed(credentials)}
     authorization = found.get("authorization")
     if authorization is not None:
         scheme, _, key = authorization.strip().partition(" ")
         return key.strip() if scheme.lower() == "bearer" else None
-    return found.get("api-key")
+    return found.get("api-key", found.get("x-api-key"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,3 +70,10 @@ def confine(raw_path: str) -> str | None:
     path = routed(raw_path)
     below = path.removeprefix(API_PREFIX)
     return below if below and below != path else None
+
+
+def anthropic_path(path: str) -> bool:
+    """Whether `path` (below `/v1/`, as `confine` gives it) is the Messages API's
+    (`messages`, `messages/count_tokens`, `messages/batches/...`): the provider reads the
+    proxy's own key from `x-api-key` there."""
+    return path == "messages" or path.startswith("messages/")

@@ -1,4 +1,4 @@
-"""Reading a chat completion or Responses API request body.
+"""Reading a chat completion, Responses API or Messages API request body.
 
 The body is parsed once into plain JSON data and kept whole: `ChatRequest.body` is the
 client's dict, unknown and vendor fields included (`top_k`, `reasoning_effort`, `metadata`),
@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core import jsoncodec
+from proxy.core import anthropic, jsoncodec
 from proxy.core.capsule import Sealer
 from proxy.core.compaction_items import (
     Automatic,
@@ -39,6 +39,8 @@ class Api(enum.Enum):
 
     CHAT = "chat"
     RESPONSES = "responses"
+    MESSAGES = "messages"
+    """Anthropic's Messages API (`POST /v1/messages`), read by `proxy.core.anthropic`."""
 
 
 class Compaction(enum.Enum):
@@ -56,7 +58,7 @@ class ChatRequest:
 
     raw: bytes
     body: dict[str, Any]
-    """The chat completion body (for the Responses API, its chat view)."""
+    """The chat completion body (for the Responses and Messages APIs, its chat view)."""
     api: Api = Api.CHAT
     compaction: Compaction | None = None
     """The compaction the request asks for, if any: `raw` is then the request to forward
@@ -89,6 +91,8 @@ def wire_body(request: ChatRequest, messages: list[Message]) -> dict[str, Any]:
     """The body to forward, `messages` in place of the request's, in the request's API."""
     if request.api is Api.RESPONSES:
         return responses_body(request.body, messages)
+    if request.api is Api.MESSAGES:
+        return anthropic.messages_body(request.body, messages)
     return {**request.body, "messages": messages}
 
 
@@ -142,6 +146,14 @@ def counted_body(raw: bytes, sealer: Sealer | None = None) -> bytes:
     _check_input(body)
     expansion = expand(body, sealer)
     return raw if expansion.body is body else jsoncodec.dumps(dict(expansion.body))
+
+
+def parse_messages_request(raw: bytes) -> ChatRequest:
+    """Parse a Messages API body (`POST /v1/messages`) into its chat view. Raises
+    `InvalidRequestError` (`messages` missing or not an array, a body that is no JSON
+    object); what the blocks hold is the provider's to judge."""
+    body = _json_object(raw)
+    return ChatRequest(raw=raw, body=anthropic.chat_view(body), api=Api.MESSAGES)
 
 
 def _responses_request(

@@ -348,7 +348,7 @@ def prefix_closing(prefix: Prefix, *, previous: str | None, max_tokens: int) -> 
     return closing
 
 
-def _prefix_messages(prefix: Prefix, closing: str) -> list[Message]:
+def prefix_messages(prefix: Prefix, closing: str) -> list[Message]:
     """`prefix`'s messages, then the closing user message (after a short assistant turn when
     the prefix ends on the user's, `_PAUSE`)."""
     pause = [{"role": "assistant", "content": _PAUSE}] if _ends_on_user(prefix.messages) else []
@@ -367,7 +367,7 @@ def prefix_request(prefix: Prefix, *, previous: str | None, max_tokens: int) -> 
     fields = {k: v for k, v in prefix.fields.items() if k in _CHAT_PREFIX_FIELDS}
     body: dict[str, Any] = {
         **fields,
-        "messages": _prefix_messages(prefix, closing),
+        "messages": prefix_messages(prefix, closing),
         "max_tokens": max_tokens,
         "temperature": 0,
     }
@@ -394,7 +394,7 @@ def responses_prefix_request(
     """
     closing = prefix_closing(prefix, previous=previous, max_tokens=max_tokens)
     fields = {k: v for k, v in prefix.fields.items() if k in _RESPONSES_PREFIX_FIELDS}
-    body = responses_body(fields, _prefix_messages(prefix, closing))
+    body = responses_body(fields, prefix_messages(prefix, closing))
     body |= {"max_output_tokens": max_tokens, "store": False}
     if prefix.fields.get("tools"):
         body["tool_choice"] = "none"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core import anthropic
 from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
 from proxy.demo.agents import AgentStats
@@ -80,6 +81,8 @@ def _as_chat(request: Recorded) -> dict[str, Any]:
     """`request`'s body as a chat completion, the form the counter reads: a summary asked
     over the Responses API (a conversation's prefix) is its chat view."""
     body: dict[str, Any] = request.json()
+    if request.path.endswith("/messages"):
+        return anthropic.chat_view(body)
     return chat_view(body) if request.path.endswith("/responses") else body
 
 
@@ -100,7 +103,7 @@ def _last_forwarded(upstream: MockUpstream) -> dict[str, Recorded]:
     summaries = {id(request) for request in upstream.summary_requests}
     last: dict[str, Recorded] = {}
     for request in upstream.requests:
-        conversation = request.path.endswith(("/chat/completions", "/responses"))
+        conversation = request.path.endswith(("/chat/completions", "/responses", "/messages"))
         if conversation and id(request) not in summaries:
             last[request.header("authorization") or ""] = request
     return last

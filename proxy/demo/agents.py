@@ -7,7 +7,8 @@ the proxy is only what any client sees: the `x-compaction-*` and `x-context-pres
 response headers, and the provider's `usage`, which the proxy relays untouched.
 
 `SimulatedAgent` is the harness's loop, whatever the API; `ChatAgent` speaks chat
-completions, and `proxy.demo.responses_agent.ResponsesAgent` the Responses API.
+completions, `proxy.demo.responses_agent.ResponsesAgent` the Responses API, and
+`proxy.demo.messages_agent.MessagesAgent` the Messages API (with the `anthropic` SDK).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anthropic
 import openai
 from openai.types import CompletionUsage
 
@@ -26,7 +29,7 @@ from proxy.demo.streams import StreamedMessage
 from proxy.demo.workload import MODEL, TOOLS, facts, tool_output, user_message
 
 JSON = dict[str, Any]
-AgentApi = Literal["chat", "responses"]
+AgentApi = Literal["chat", "responses", "messages"]
 SYSTEM_PROMPT = "You are a coding agent."
 
 
@@ -130,19 +133,23 @@ class SimulatedAgent(ABC):
     async def run(self, turns: int) -> AgentStats:
         """Play `turns` user turns, one after the other, reporting each."""
         self.stats.facts = tuple(fact.key for fact in facts(self.index) if fact.turn <= turns)
+        async with self._client() as sdk:
+            for turn in range(1, turns + 1):
+                self._on_turn(await self._turn(sdk, turn))
+        return self.stats
+
+    def _client(self) -> AbstractAsyncContextManager[Any]:
+        """The SDK client this agent's API is spoken with (the OpenAI SDK's by default)."""
         # No retries: an error must show in the table, not be papered over by the SDK.
-        async with openai.AsyncOpenAI(
+        return openai.AsyncOpenAI(
             api_key=self.stats.api_key,
             base_url=self._base_url,
             max_retries=0,
             # Generous: a busy machine must slow the demo down, not fail it.
             timeout=300.0,
-        ) as sdk:
-            for turn in range(1, turns + 1):
-                self._on_turn(await self._turn(sdk, turn))
-        return self.stats
+        )
 
-    async def _turn(self, sdk: openai.AsyncOpenAI, turn: int) -> TurnReport:
+    async def _turn(self, sdk: Any, turn: int) -> TurnReport:
         """Send the user's message, run the requested tools until the model answers."""
         mark = len(self._history)
         # An easy input message: the same dict on both APIs.
@@ -157,7 +164,7 @@ class SimulatedAgent(ABC):
                 for call in calls:
                     output = tool_output(call.name, call.arguments, self.stats.requests)
                     self._add_result(call, output)
-        except (openai.APIError, FailedResponseError) as exc:
+        except (openai.APIError, anthropic.APIError, FailedResponseError) as exc:
             # The turn is abandoned, as an agent would; the error is counted and shown.
             del self._history[mark:]
             self.stats.errors += 1
@@ -165,8 +172,9 @@ class SimulatedAgent(ABC):
             return TurnReport(self.stats.name, turn, shown, error=type(exc).__name__)
 
     @abstractmethod
-    async def _round(self, sdk: openai.AsyncOpenAI) -> tuple[list[Call], Exchange]:
-        """Send the history; add the model's answer to it; the tool calls it asks for."""
+    async def _round(self, sdk: Any) -> tuple[list[Call], Exchange]:
+        """Send the history (with `sdk`, `_client`'s); add the model's answer to it; the
+        tool calls it asks for."""
 
     @abstractmethod
     def _add_result(self, call: Call, output: str) -> None:

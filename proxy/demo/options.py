@@ -7,8 +7,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Api = Literal["chat", "responses", "both"]
-APIS: Final[tuple[Api, ...]] = ("chat", "responses", "both")
+Api = Literal["chat", "responses", "messages", "both"]
+APIS: Final[tuple[Api, ...]] = ("chat", "responses", "messages", "both")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=APIS,
         default=defaults.api,
         help="what the agents speak: chat completions, the Responses API (a reasoning model, "
-        "stateless, as Codex is), or half of them each (default: chat)",
+        "stateless, as Codex is), the Messages API (the anthropic SDK with thinking on, as "
+        "Claude Code drives it), or half of them chat and half Responses (default: chat)",
     )
 
 

@@ -9,7 +9,9 @@ summarizer; the agents use the official OpenAI SDK. Nothing needs a key or the n
 On the Responses API (`--api responses`, or half the agents with `--api both`) the mock is a
 reasoning model: each response opens with a reasoning item carrying `encrypted_content`,
 and it refuses a call or message sent back without its reasoning item, or with that item's
-ciphertext altered, as OpenAI does.
+ciphertext altered, as OpenAI does. On the Messages API (`--api messages`) the agents are the
+`anthropic` SDK with thinking on, and the mock checks what Anthropic checks: `tool_use` and
+`tool_result` paired, thinking signatures intact, at most four cache breakpoints.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from proxy.core.tokens import O200K_BASE, TokenCounter
 from proxy.demo import display
 from proxy.demo.accounting import Totals, settle
 from proxy.demo.agents import AgentStats, ChatAgent, SimulatedAgent
+from proxy.demo.messages_agent import MessagesAgent
 from proxy.demo.options import Options
 from proxy.demo.responses_agent import ResponsesAgent
 from proxy.demo.servers import listening_socket, serve
@@ -169,14 +172,22 @@ def _agent(options: Options, index: int) -> type[SimulatedAgent]:
     """Agent `index`'s kind: with `both`, the first half (rounded up) on chat completions."""
     if options.api == "both":
         return ChatAgent if index < (options.agents + 1) // 2 else ResponsesAgent
+    if options.api == "messages":
+        return MessagesAgent
     return ChatAgent if options.api == "chat" else ResponsesAgent
 
 
 def _apis(options: Options) -> str:
     """What the header says of the agents' API."""
     responses = sum(_agent(options, index) is ResponsesAgent for index in range(options.agents))
-    chat = options.agents - responses
+    messages = sum(_agent(options, index) is MessagesAgent for index in range(options.agents))
+    chat = options.agents - responses - messages
     parts = [f"{chat} on chat completions"] if chat else []
+    if messages:
+        parts.append(
+            f"{messages} on the Messages API (the anthropic SDK, thinking on, signed thinking "
+            "blocks sent back; the mock refuses them altered or parted from their turn)"
+        )
     if responses:
         parts.append(
             f"{responses} on the Responses API (stateless, whole history as items, encrypted "

@@ -20,19 +20,21 @@ import asyncio
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from proxy.adapters.store import EndedTurn, Store, StoreUnavailableError
 from proxy.adapters.summarizer import Summarizer
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest
-from proxy.core import hooks
+from proxy.core import anthropic, hooks
+from proxy.core.anthropic_errors import prompt_too_long
 from proxy.core.breaker import Breaker
 from proxy.core.capsule import Sealer
 from proxy.core.commands import Command, command_of
 from proxy.core.delegation import Handler
 from proxy.core.headers import Headers, upstream_request_headers
 from proxy.core.keys import ClientKeys
+from proxy.core.paths import anthropic_path
 from proxy.core.policy import ModelPolicies
 from proxy.core.request import (
     Api,
@@ -40,6 +42,7 @@ from proxy.core.request import (
     counted_body,
     parse_chat_request,
     parse_compact_request,
+    parse_messages_request,
     parse_responses_request,
 )
 from proxy.core.responses import server_state
@@ -54,6 +57,7 @@ from proxy.service.commands import ChatCommands
 from proxy.service.compactions import ClientCompactions, with_compaction_item
 from proxy.service.compactor import Compactor
 from proxy.service.memory import LEARNED_TTL_S, Memory
+from proxy.service.messages import TokenCounts
 from proxy.service.operator import Operator
 from proxy.service.outcome import Outcome
 from proxy.service.preparer import Preparer
@@ -90,6 +94,9 @@ class ServiceConfig:
     sealer: Sealer | None = None
     """Seals the proxy's compaction items and opens them again (`responses.compaction_key`);
     needed when the proxy answers compaction requests."""
+    provider_edits_by: Literal["provider", "proxy"] = "provider"
+    """Who compacts a Messages request whose `context_management` asks the provider to
+    clear or compact (`messages.context_management`)."""
 
 
 class ProxyService:
@@ -146,11 +153,19 @@ class ProxyService:
             else None
         )
         self._sealer = config.sealer
+        self._provider_edits_by = config.provider_edits_by
         self._compactions: ClientCompactions | None = None
         if config.compaction_by == "proxy":
             if config.sealer is None:
                 raise ValueError("the proxy answers compaction requests only with a sealer")
             self._compactions = ClientCompactions(compactor=self._compactor, sealer=config.sealer)
+        self._counts = TokenCounts(
+            upstream=upstream,
+            turns=self._turns,
+            memory=self.memory,
+            api_key=api_key,
+            metrics=metrics,
+        )
         self._chat = ChatForwarder(
             upstream=upstream,
             memory=self.memory,
@@ -198,6 +213,15 @@ class ProxyService:
             raise
         return watch.relay(reply, access)
 
+    async def messages(self, incoming: Incoming, raw: bytes) -> Reply:
+        """The same for a Messages API request (`POST /v1/messages`, Claude Code's)."""
+        return await self._handle(incoming, raw, parse_messages_request)
+
+    async def count_tokens(self, incoming: Incoming, raw: bytes) -> Reply:
+        """`POST /v1/messages/count_tokens`: forwarded, or answered from the proxy's
+        calibrated count when the provider lacks it (`proxy.service.messages`)."""
+        return await self._counts.answer(incoming, raw)
+
     async def _handle(
         self, incoming: Incoming, raw: bytes, parse: Callable[[bytes], ChatRequest]
     ) -> Reply:
@@ -216,6 +240,9 @@ class ProxyService:
             elif request.api is Api.RESPONSES and server_state(request.body):
                 access = replace(access, action="server_state")
                 reply = await self._server_state(incoming, request, watch)
+            elif self._provider_edits(request):
+                access = replace(access, action="provider_edits")
+                reply = await self._server_state(incoming, request, watch, "provider_edits")
             elif self._commands is not None and (command := _command(request)) is not None:
                 access = replace(access, action="command")
                 reply = await self._commands.answer(command, incoming, request)
@@ -318,14 +345,28 @@ class ProxyService:
             reply = self._then(answered.reply, lambda: self._archive(turn))
         return reply.with_headers([("x-compaction-handled-by", str(by))]), access
 
+    def _provider_edits(self, request: ChatRequest) -> bool:
+        """Whether a Messages request leaves its history to the provider's own context
+        editing (`context_management` that clears or compacts), and the operator lets it."""
+        return (
+            request.api is Api.MESSAGES
+            and self._provider_edits_by == "provider"
+            and anthropic.provider_compacts(request.body)
+        )
+
     async def _server_state(
-        self, incoming: Incoming, request: ChatRequest, watch: Stopwatch
+        self,
+        incoming: Incoming,
+        request: ChatRequest,
+        watch: Stopwatch,
+        applied: str = "server_state",
     ) -> Reply:
-        """Forward untouched a request whose history the provider keeps: compacting its
-        new items alone would gain nothing and could break the stored turn they continue."""
+        """Forward untouched a request whose history the provider keeps (or edits itself):
+        compacting its new items alone would gain nothing and could break the stored turn
+        they continue (or undo what the provider's editing relies on)."""
         self.tenant_of(credentials_of(incoming))
         reply = await self._untouched(incoming, request, watch)
-        return reply.with_headers([("x-compaction-applied", "server_state")])
+        return reply.with_headers([("x-compaction-applied", applied)])
 
     async def _after(self, turn: Turn, outcome: Outcome, recalls: int = 0) -> None:
         # One write for the turn's record, its archive and the usage its answer reported.
@@ -377,7 +418,9 @@ class ProxyService:
             self.metrics.background_task_failed("turn")
 
     async def _untouched(self, incoming: Incoming, request: ChatRequest, watch: Stopwatch) -> Reply:
-        headers = upstream_request_headers(incoming.headers, api_key=self._api_key)
+        headers = upstream_request_headers(
+            incoming.headers, api_key=self._api_key, anthropic=request.api is Api.MESSAGES
+        )
         response = await watch.headers(
             self._upstream.send(
                 UpstreamRequest("POST", incoming.path, incoming.query, headers, request.raw)
@@ -431,7 +474,10 @@ class ProxyService:
                         path=incoming.path,
                         query=incoming.query,
                         headers=upstream_request_headers(
-                            incoming.headers, api_key=self._api_key, keep_content_length=True
+                            incoming.headers,
+                            api_key=self._api_key,
+                            keep_content_length=True,
+                            anthropic=anthropic_path(incoming.path),
                         ),
                         body=body,
                     )
@@ -498,6 +544,20 @@ def _cannot_fit(turn: Turn, outcome: Outcome) -> ContextLengthExceededError:
     safety margin)."""
     budget = turn.budget
     room = budget.context_window - budget.stated_output
+    if turn.request.api is Api.MESSAGES:
+        # Anthropic's own words first: Claude Code compacts its conversation when it reads
+        # them, and shows the rest.
+        return ContextLengthExceededError(
+            prompt_too_long(
+                budget.estimate(outcome.tokens_after),
+                room,
+                f"compaction-proxy compacted everything it could: the window is "
+                f"{budget.context_window} tokens, {budget.stated_output} of them asked for "
+                f"the answer (max_tokens). Please reduce the messages, the tools or the system "
+                "prompt.",
+            ),
+            param="messages",
+        )
     asked = (
         f" with the {budget.stated_output} output tokens requested" if budget.stated_output else ""
     )

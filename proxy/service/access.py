@@ -9,7 +9,7 @@ they happen. When the answer is ready the stopwatch reports the proxy's overhead
 forwarded pressure to the metrics; when it has been sent (a stream: at its end) it writes the
 request's one line on the `proxy.access` logger from the last `Access`.
 
-The line carries the API (`chat` or `responses`), the session, a prefix of the tenant's
+The line carries the API (`chat`, `responses` or `messages`), the session, a prefix of the tenant's
 hash, the model, the tokens before and after, the pressure, the action, the status, the
 latencies and the stream flag: numbers already counted for the response headers, so the line
 costs nothing proportional to the history. Never a credential; the last user message only
@@ -198,7 +198,7 @@ class Stopwatch:
 
 
 # The message of each kind of line: what the request was.
-_MESSAGES = {"responses": "response", "passthrough": "passthrough"}
+_MESSAGES = {"responses": "response", "messages": "message", "passthrough": "passthrough"}
 
 
 def last_user_text(messages: list[Message]) -> str | None:

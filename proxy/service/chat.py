@@ -26,6 +26,8 @@ from typing import Any
 
 from proxy.adapters.upstream import Upstream, UpstreamRequest, UpstreamResponse
 from proxy.core import jsoncodec, recall
+from proxy.core.anthropic_stream import MessagesTap
+from proxy.core.anthropic_usage import calibration_usage
 from proxy.core.budget import output_reserve
 from proxy.core.calibration import updated_calibration
 from proxy.core.headers import Headers, client_response_headers, upstream_request_headers
@@ -153,7 +155,10 @@ class ChatForwarder:
 
     def _request(self, turn: Turn, payload: bytes) -> UpstreamRequest:
         headers = upstream_request_headers(
-            turn.incoming.headers, api_key=self._api_key, identity_encoding=True
+            turn.incoming.headers,
+            api_key=self._api_key,
+            identity_encoding=True,
+            anthropic=turn.request.api is Api.MESSAGES,
         )
         incoming = turn.incoming
         return UpstreamRequest("POST", incoming.path, incoming.query, headers, payload)
@@ -282,7 +287,11 @@ class ChatForwarder:
         return Reply(sent.response.status, headers, relay, sent.response.close)
 
     async def _relay(self, turn: Turn, outcome: Outcome, sent: _Sent) -> AsyncIterator[bytes]:
-        tap = StreamTap(strip_usage_chunk=sent.usage_added)
+        tap: StreamTap | MessagesTap = (
+            MessagesTap()
+            if turn.request.api is Api.MESSAGES
+            else StreamTap(strip_usage_chunk=sent.usage_added)
+        )
         first = tap.feed(sent.head)
         if first:
             yield first
@@ -300,6 +309,10 @@ class ChatForwarder:
         `ProxyService._after`, which runs after this), and calibrate the counter by it."""
         if usage is None:
             return
+        if turn.request.api is Api.MESSAGES:
+            # Its `input_tokens` is only the uncached part: the prompt is that plus the
+            # cache's reads and writes, added as `prompt_tokens`.
+            usage = calibration_usage(usage)
         turn.answered.usage = dict(usage)
         # Chat's `prompt_tokens`; the Responses API's `input_tokens`.
         reported = usage.get("prompt_tokens", usage.get("input_tokens"))

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.adapters.store import Store
-from proxy.core import jsoncodec
+from proxy.core import anthropic, jsoncodec, responses
 from proxy.core.breakdown import breakdown
 from proxy.core.messages import Message
 from proxy.core.policy import Strategy
 from proxy.core.request import ChatRequest
-from proxy.core.responses import readable
 from proxy.core.session import (
     Checkpoint,
     SessionState,
@@ -122,10 +121,10 @@ class Operator:
         await self._state(ref)
         archived = await self._store.archived(ref.tenant, ref.id)
         if which == "original":
-            return readable(archived)
+            return _readable(archived)
         head, body = split_head(archived)
         checkpoint = await self._store.find_checkpoint(ref.tenant, ref.id, chain_hashes(body))
-        return readable(view(head, body, checkpoint))
+        return _readable(view(head, body, checkpoint))
 
     async def compact(
         self, ref: SessionRef, incoming: Incoming, strategy: Strategy | None = None
@@ -223,3 +222,9 @@ def public_context(settings_context: Mapping[str, Any]) -> dict[str, Any]:
         brain["base_url"] = redact(brain["base_url"])
     shown["summary_brain"] = brain
     return shown
+
+
+def _readable(messages: list[Message]) -> list[Message]:
+    """A session's messages without the private keys of the API they came by (a Responses
+    or Messages API conversation is archived in the chat view the proxy compacts)."""
+    return anthropic.readable(responses.readable(messages))

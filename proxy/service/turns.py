@@ -19,7 +19,7 @@ from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
 from proxy.core import recall
 from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
-from proxy.core.headers import Headers
+from proxy.core.headers import KEY_HEADERS, Headers
 from proxy.core.keys import ClientKeys, presented_key
 from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
@@ -51,7 +51,16 @@ with a message this large is also planned in a worker thread (`Turn.planned`).""
 
 _T = TypeVar("_T")
 
-_CREDENTIAL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
+# The caller's key, and what a provider needs with it to accept a call made in the caller's
+# name (the summary brain's, the models list): OpenAI's organization and project, Anthropic's
+# API version and beta flags.
+_CREDENTIAL_HEADERS = (
+    *KEY_HEADERS,
+    "openai-organization",
+    "openai-project",
+    "anthropic-version",
+    "anthropic-beta",
+)
 
 
 @dataclass(slots=True)
@@ -124,6 +133,8 @@ class Turn:
         (the ids are resolved per session) and the request lets the model call a tool."""
         if not self.policy.recall or self.session is None:
             return None
+        if self.request.api is Api.MESSAGES:
+            return None  # not offered in the Messages API's tool format (yet)
         if not recall.may_offer(self.request.body):
             return None
         return f"{self.tenant}\0{self.session}"
@@ -382,6 +393,10 @@ def credentials_of(incoming: Incoming) -> Headers:
 
 def _credential_value(credentials: Headers) -> str | None:
     for name, value in credentials:
-        if name.lower() in ("authorization", "api-key"):
+        if name.lower() == "x-api-key":
+            # The same key as a bearer token (Anthropic's SDK sends one, Claude Code the
+            # other, by how it was given the key) is the same caller: one tenant.
+            return f"Bearer {value}"
+        if name.lower() in KEY_HEADERS:
             return value
     return None

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
 from proxy.adapters.store import StoreUnavailableError
+from proxy.core.headers import KEY_HEADERS
 from proxy.core.session import checked_session_id
 from proxy.errors import (
     AuthenticationError,
@@ -66,10 +67,10 @@ def caller(request: Request) -> Caller:
     if admin_token and bearer and secrets.compare_digest(bearer, admin_token):
         return Caller(None, incoming)
     credentials = credentials_of(incoming)
-    if not any(name.lower() in ("authorization", "api-key") for name, _ in credentials):
+    if not any(name.lower() in KEY_HEADERS for name, _ in credentials):
         raise AuthenticationError(
-            "Send your API key as `Authorization: Bearer ...` (or the admin token) to see "
-            "your sessions."
+            "Send your API key as `Authorization: Bearer ...` or `x-api-key` (or the admin "
+            "token) to see your sessions."
         )
     return Caller(_service(request).tenant_of(credentials), incoming)
 

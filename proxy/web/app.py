@@ -141,6 +141,8 @@ def create_app(
         routes.RESPONSES_ROUTE,
         routes.COMPACT_ROUTE,
         routes.INPUT_TOKENS_ROUTE,
+        routes.MESSAGES_ROUTE,
+        routes.COUNT_TOKENS_ROUTE,
     ]
     app.include_router(admin.router)
     app.router.routes.extend(DASHBOARD_ROUTES)
@@ -166,6 +168,7 @@ def _service_config(settings: Settings, compaction_key: bytes | None) -> Service
         learned_ttl_s=settings.context.learned_ttl_s,
         compaction_by=settings.compaction_handler(),
         sealer=Sealer(compaction_key) if compaction_key is not None else None,
+        provider_edits_by=settings.messages.context_management,
     )
 
 

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from proxy.core.anthropic_errors import proxy_error_body
 from proxy.core.paths import confine
 from proxy.errors import (
     InvalidRequestError,
@@ -57,6 +58,25 @@ async def responses_input_tokens(request: Request) -> Response:
     return await _compacted(request, _service(request).input_tokens)
 
 
+async def messages(request: Request) -> Response:
+    return await _anthropic(request, _service(request).messages)
+
+
+async def count_tokens(request: Request) -> Response:
+    return await _anthropic(request, _service(request).count_tokens)
+
+
+async def _anthropic(
+    request: Request, handle: Callable[[Incoming, bytes], Awaitable[Reply]]
+) -> Response:
+    """A Messages API route: the proxy's own errors in the Anthropic shape, which Claude Code
+    and Anthropic's SDKs read (the OpenAI one would leave them no message to show)."""
+    try:
+        return await _compacted(request, handle)
+    except ProxyError as error:
+        return JSONResponse(proxy_error_body(error), status_code=error.status_code)
+
+
 async def _compacted(
     request: Request, handle: Callable[[Incoming, bytes], Awaitable[Reply]]
 ) -> Response:
@@ -70,7 +90,7 @@ async def _compacted(
         # on a connection the server then drops, under the feet of a client that already
         # reused it for its next request: answered here, with the connection closed cleanly.
         logger.exception("a %s request failed in the proxy itself", request.url.path)
-        return _internal_error()
+        return _internal_error(request)
     return _respond(reply) if reply is not None else Response(status_code=_CLIENT_CLOSED)
 
 
@@ -96,6 +116,12 @@ def _websocket_refused() -> WebSocketRefusedError:
         "This proxy serves the OpenAI API over HTTP only, not over WebSocket: send "
         "POST /v1/responses (Codex does so at once after this answer)."
     )
+
+
+async def root(request: Request) -> Response:
+    """The base URL itself: Claude Code sends `HEAD /` before its first request and takes
+    anything but a success for an unreachable server."""
+    return JSONResponse({"status": "ok", "service": "compaction-proxy"})
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -138,9 +164,15 @@ COMPACT_ROUTE = Route("/v1/responses/compact", responses_compact, methods=["POST
 `responses.compaction` says."""
 INPUT_TOKENS_ROUTE = Route("/v1/responses/input_tokens", responses_input_tokens, methods=["POST"])
 """The Responses API's token count: forwarded with the proxy's compaction items expanded."""
+MESSAGES_ROUTE = Route("/v1/messages", messages, methods=["POST"])
+"""The Anthropic Messages API (Claude Code's), compacted as chat completions are; any query
+(Claude Code's `?beta=true`) is forwarded with it."""
+COUNT_TOKENS_ROUTE = Route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
+"""Forwarded, or answered by the proxy when the provider lacks it (`proxy.service.messages`)."""
 ROUTES: list[BaseRoute] = [
     Route("/v1/{path:path}", passthrough, methods=_ALL_METHODS),
     WebSocketRoute("/v1/{path:path}", websocket_refused),
+    Route("/", root, methods=["GET", "HEAD"]),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
@@ -243,9 +275,11 @@ async def _disconnect(request: Request) -> None:
         pass
 
 
-def _internal_error() -> Response:
+def _internal_error(request: Request) -> Response:
     error = ProxyError("compaction-proxy failed on this request; its log has the details.")
-    return JSONResponse(error.to_body(), error.status_code, headers={"connection": "close"})
+    messages = request.url.path.startswith("/v1/messages")
+    body = proxy_error_body(error) if messages else error.to_body()
+    return JSONResponse(body, error.status_code, headers={"connection": "close"})
 
 
 def _too_large(limit: int) -> RequestTooLargeError:

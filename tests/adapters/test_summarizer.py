@@ -16,7 +16,7 @@ from proxy.core.budget import Budget
 from proxy.core.messages import Message
 from proxy.core.plan import NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy
-from proxy.core.request import Api, parse_responses_request
+from proxy.core.request import Api, parse_messages_request, parse_responses_request
 from proxy.core.responses import INSTRUCTIONS, ITEMS, to_messages
 from proxy.core.summary import (
     AFTER_TASK,
@@ -398,3 +398,173 @@ def test_the_responses_prefix_form_keeps_the_fields_of_the_cached_prompt_alone()
     text = closing["content"][0]["text"]
     assert AFTER_TASK in text
     assert text.endswith(FOLD_IN + "- T-0 done")
+
+
+# --- a conversation on the Messages API -----------------------------------------------------
+
+MESSAGES_FIELDS: dict[str, Any] = {
+    "model": "claude-sonnet-4-6",
+    "max_tokens": 1000,
+    "system": "You are a coding agent.",
+    "tools": [
+        {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }
+    ],
+}
+ANTHROPIC_KEY = [("x-api-key", "sk-ant-client"), ("anthropic-version", "2023-06-01")]
+
+
+def messages_provider() -> MockUpstream:
+    """A Messages API provider that checks pairs and signatures, with a prompt cache."""
+    encoders = Encoders(by_name={}, fallback=ApproximateEncoder())
+    return MockUpstream(encoders=encoders, strict=True, cache_min_tokens=256)
+
+
+def messages_conversation(turns: int) -> dict[str, Any]:
+    """A Messages conversation of `turns` tool rounds, the last block marked for the cache."""
+    messages: list[Any] = []
+    for n in range(turns):
+        messages += [
+            {"role": "user", "content": f"Step {n}: read module {n}."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file", "input": {}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{n}",
+                        "content": f"# module {n}: def handler(): return 1",
+                    }
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": f"Module {n} read. " + "w " * 120}],
+            },
+        ]
+    messages.append(
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Go on.", "cache_control": EPHEMERAL}],
+        }
+    )
+    return {**MESSAGES_FIELDS, "messages": messages}
+
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+async def sent_messages(upstream: AiohttpUpstream, body: dict[str, Any]) -> None:
+    """`body` forwarded over the Messages API, as the proxy forwards it (cached then)."""
+    headers = [("content-type", "application/json"), *ANTHROPIC_KEY]
+    request = UpstreamRequest("POST", "messages", "", headers, json.dumps(body).encode())
+    response, raw = await fetched(upstream, request)
+    assert response.status == 200, raw
+
+
+def messages_need(body: dict[str, Any]) -> NeedsSummary:
+    view = parse_messages_request(json.dumps(body).encode()).body
+    return needs_summary(view["messages"], view)
+
+
+async def test_a_messages_conversation_is_asked_in_the_messages_api_and_read_from_the_cache() -> (
+    None
+):
+    provider = messages_provider()
+    forwarded = messages_conversation(40)
+    async with served(provider) as upstream:
+        # The agent's requests as they grew, each marked on its last block (so cached there).
+        for turn in range(2, 40, 2):
+            *before, results = forwarded["messages"][: 4 * turn + 3]
+            marked = [
+                *results["content"][:-1],
+                {**results["content"][-1], "cache_control": EPHEMERAL},
+            ]
+            earlier = {**forwarded, "messages": [*before, {**results, "content": marked}]}
+            await sent_messages(upstream, earlier)
+        await sent_messages(upstream, forwarded)
+        need = messages_need(forwarded)
+        assert need.prefix is not None
+        result = await Summarizer(upstream).summarize(
+            need,
+            credentials=ANTHROPIC_KEY,
+            count=COUNTER.message,
+            window=8 * WINDOW,
+            api=Api.MESSAGES,
+        )
+    [request] = provider.summary_requests
+    assert request.path == "/v1/messages"
+    assert request.header("x-api-key") == "sk-ant-client"
+    assert request.header("anthropic-version") == "2023-06-01"
+    sent = request.json()
+    assert sent["system"] == MESSAGES_FIELDS["system"]
+    assert sent["tool_choice"] == {"type": "none"}
+    assert sent["messages"][:4] == forwarded["messages"][:4]  # as forwarded
+    assert provider.strict_rejections == 0
+    assert (result.form, result.refused) == ("prefix", False)
+    [usage] = provider.summary_usage
+    assert (result.input_tokens, result.cached_tokens) == (usage.prompt_tokens, usage.cached_tokens)
+    assert result.cached_tokens > 0
+    assert result.text.startswith("## Goal")
+
+
+async def test_a_refused_messages_prefix_form_is_asked_again_as_a_messages_transcript() -> None:
+    provider = messages_provider()
+    forwarded = messages_conversation(40)
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}
+    async with served(provider) as upstream:
+        await sent_messages(upstream, forwarded)
+        provider.queue(Reply(status=400, error=refusal))
+        result = await Summarizer(upstream, api_key="sk-ant-brain").summarize(
+            messages_need(forwarded),
+            credentials=[("x-api-key", "sk-ant-client"), ("anthropic-beta", "context-1m")],
+            count=COUNTER.message,
+            window=8 * WINDOW,
+            api=Api.MESSAGES,
+        )
+    first, second = provider.summary_requests
+    assert first.path == second.path == "/v1/messages"
+    assert "system" in second.json()
+    assert second.json()["messages"][0]["role"] == "user"
+    assert second.header("x-api-key") == "sk-ant-brain"  # the brain's own key, as Anthropic's
+    assert second.header("anthropic-beta") == "context-1m"  # the client's flags still
+    assert second.header("anthropic-version") == "2023-06-01"  # one is always sent
+    assert (result.form, result.refused) == ("transcript", True)
+
+
+async def test_a_brain_of_its_own_gets_a_chat_transcript_of_a_messages_conversation() -> None:
+    provider = messages_provider()
+    forwarded = messages_conversation(40)
+    async with served(provider) as upstream:
+        result = await Summarizer(upstream, model="mock-model", own_upstream=True).summarize(
+            messages_need(forwarded),
+            credentials=[],
+            count=COUNTER.message,
+            window=8 * WINDOW,
+            api=Api.MESSAGES,
+        )
+    [request] = provider.summary_requests
+    assert request.path == "/v1/chat/completions"
+    assert result.form == "transcript"
+
+
+async def test_a_messages_answer_without_text_is_no_summary() -> None:
+    provider = messages_provider()
+    async with served(provider) as upstream:
+        provider.queue(Reply(content=None))
+        with pytest.raises(SummaryFailedError, match="no text"):
+            await Summarizer(upstream).summarize(
+                messages_need(messages_conversation(40)),
+                credentials=ANTHROPIC_KEY,
+                count=COUNTER.message,
+                window=8 * WINDOW,
+                api=Api.MESSAGES,
+            )

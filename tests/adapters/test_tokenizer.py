@@ -123,6 +123,17 @@ def test_models_get_their_family_encoding(monkeypatch: pytest.MonkeyPatch) -> No
     assert encoders.for_model("mistral-large").name == O200K_BASE
 
 
+def test_claude_models_are_counted_approximately_erring_high(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No public tokenizer: the approximate count, above o200k_base's on prose and code."""
+    use_loader(monkeypatch, FakeLoader())
+    encoders = load_encoders(package=None)
+    claude = encoders.for_model("claude-sonnet-4-6")
+    assert isinstance(claude, ApproximateEncoder)
+    assert encoders.for_model("anthropic/claude-opus-4-1").name == claude.name
+
+
 @pytest.mark.parametrize("error", [OSError("no network"), ValueError("hash mismatch")])
 def test_failed_load_warns_once_and_falls_back(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception

@@ -71,3 +71,18 @@ def test_upstream_key_also_replaces_a_client_api_key_header() -> None:
         ("authorization", "Bearer sk-up"),
     ]
     assert upstream_request_headers(headers, api_key=None) == headers
+
+
+def test_the_messages_api_gets_the_proxy_key_as_x_api_key() -> None:
+    # Claude Code presents its key as `x-api-key`: with the proxy's own key upstream, that key
+    # was for the proxy, and Anthropic reads the proxy's from the same header.
+    headers = [("x-api-key", "sk-ant-client"), ("anthropic-version", "2023-06-01")]
+    assert upstream_request_headers(headers, api_key="sk-up", anthropic=True) == [
+        ("anthropic-version", "2023-06-01"),
+        ("x-api-key", "sk-up"),
+    ]
+    assert upstream_request_headers(headers, api_key="sk-up") == [
+        ("anthropic-version", "2023-06-01"),
+        ("authorization", "Bearer sk-up"),
+    ]
+    assert upstream_request_headers(headers, api_key=None, anthropic=True) == headers

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.paths import confine, normalize, routed, segment_value
+from proxy.core.paths import anthropic_path, confine, normalize, routed, segment_value
 
 
 def generous_reading(path: str) -> list[str]:
@@ -168,3 +168,18 @@ def test_generous_reading_unchanged_by_normalizing(raw: str) -> None:
     # still means the same resource.
     assert generous_reading(normalize(raw)) == generous_reading(raw)
     assert generous_reading(routed(raw)) == generous_reading(raw)
+
+
+@pytest.mark.parametrize(
+    ("path", "anthropic"),
+    [
+        ("messages", True),
+        ("messages/count_tokens", True),
+        ("messages/batches/msgbatch_1", True),
+        ("messagesx", False),
+        ("chat/completions", False),
+        ("threads/t_1/messages", False),
+    ],
+)
+def test_anthropic_paths(path: str, anthropic: bool) -> None:
+    assert anthropic_path(path) is anthropic

@@ -81,12 +81,16 @@ async def test_every_passthrough_gets_an_access_line_and_a_route(
     and times, and the request counter its route (a fixed set of names)."""
     caplog.set_level(logging.INFO, logger="proxy.access")
     headers = {"authorization": "Bearer sk-passing"}
-    await client.post("/v1/messages?beta=true", json={"model": "m"}, headers=headers)
+    await client.post("/v1/messages/batches?beta=true", json={"model": "m"}, headers=headers)
     await client.get("/v1/files/file-1/content", headers=headers)
     lines = [r for r in caplog.records if r.name == "proxy.access"]
     assert [r.getMessage() for r in lines] == ["passthrough", "passthrough"]
     first, second = (vars(record) for record in lines)  # the line's fields
-    assert (first["method"], first["path"], first["status"]) == ("POST", "/v1/messages", 200)
+    assert (first["method"], first["path"], first["status"]) == (
+        "POST",
+        "/v1/messages/batches",
+        200,
+    )
     assert (second["method"], second["path"]) == ("GET", "/v1/files/file-1/content")
     assert first["tenant"]
     assert first["upstream_ms"] >= 0

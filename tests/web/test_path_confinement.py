@@ -136,7 +136,7 @@ ESCAPES = [
     "/v1/..%5Cadmin/keys",
     "/v1/..;x/admin/keys",
     "/v1/../v2/models",
-    "/v1/models/../..",
+    "/v1/models/../../admin",
 ]
 
 
@@ -150,6 +150,15 @@ async def test_paths_leaving_v1_are_404_and_never_reach_the_upstream(
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert "message" in error
+    assert recorder.paths == []
+
+
+async def test_a_path_resolving_to_the_base_url_is_the_proxys_own_root(
+    proxy_url: str, recorder: Recorder
+) -> None:
+    """`/` answers Claude Code's probe of its base URL; spelled otherwise it is the same."""
+    response = await send_raw(proxy_url, "HEAD", "/v1/models/../..")
+    assert response.status == 200
     assert recorder.paths == []
 
 
