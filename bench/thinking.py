@@ -13,8 +13,10 @@ field by field: the same blocks, in the same order, every field the same string.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bench.measures import Tally
 
@@ -22,15 +24,11 @@ THINKING: Final = frozenset({"thinking", "redacted_thinking"})
 _DETAILS: Final = 3
 """Misses described in a tally, at most."""
 
-Scope = dict[str, Any]
-Receive = Any
-Send = Any
-
 
 class Issued:
     """An ASGI wrapper of the mock that keeps each `POST .../messages` answer's content."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.contents: list[list[Any]] = []
         """The content blocks of every message the mock answered with, in order."""
@@ -42,7 +40,7 @@ class Issued:
             return
         chunks: list[bytes] = []
 
-        async def keep(message: Mapping[str, Any]) -> None:
+        async def keep(message: Message) -> None:
             if message.get("type") == "http.response.body":
                 chunks.append(bytes(message.get("body", b"")))
                 if not message.get("more_body"):
