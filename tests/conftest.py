@@ -25,7 +25,7 @@ from tests.servers import COMPACTION_KEY, serve
 # that finds new cases is a sweep run before changing the plan:
 # `pytest --hypothesis-profile=thorough` (600 examples of the plan's properties, a new seed each
 # run, or `--hypothesis-seed=N` to replay one); a case it finds becomes an example-based test.
-hypothesis_settings.register_profile("suite", derandomize=True)
+hypothesis_settings.register_profile("suite", derandomize=True, deadline=None)
 hypothesis_settings.register_profile("thorough", max_examples=600)
 
 

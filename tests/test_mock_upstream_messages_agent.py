@@ -5,6 +5,8 @@ drives one, the recaller, and the proxy's summary request."""
 from __future__ import annotations
 
 import itertools
+import json
+import re
 
 import pytest
 from anthropic.types import Usage
@@ -223,6 +225,73 @@ async def test_agent_answers_without_tools_on_offer(encoders: Encoders) -> None:
         )
     assert [block.type for block in message.content] == ["text"]
     assert [block.type for block in none.content] == ["text"]
+
+
+async def test_agent_calls_claude_codes_tools_in_its_working_directory(
+    encoders: Encoders,
+) -> None:
+    """Claude Code's `Read` needs an absolute path: the agent takes the directory from
+    Claude Code's system prompt, escaped into the arguments' JSON, and without one (any other
+    client) leaves the script's arguments as written."""
+    script = AgentScript(
+        calls=(("Read", json.dumps({"file_path": "{workspace}/notes.txt"})),),
+        rounds_per_turn=1,
+    )
+    workspace = 'C:\\work\\"odd" dir'
+    environment = [
+        text("x-anthropic-billing-header: cc_version=2.1;"),
+        text(
+            "# Environment\nYou have been invoked in the following environment: \n"
+            f" - Primary working directory: {workspace}\n - Is a git repository: false\n"
+        ),
+    ]
+    read = {"name": "Read", "input_schema": {"type": "object"}}
+    inputs = []
+    for system in (environment, "You are a coding agent."):
+        upstream = MockUpstream(encoders=encoders, agent=script, strict=True)
+        async with sdk(upstream) as client:
+            message = await client.messages.create(
+                **request(user("Read the notes."), system=system, tools=[read])
+            )
+        [call] = [block for block in message.content if block.type == "tool_use"]
+        inputs.append((call.name, call.input))
+    assert inputs == [
+        ("Read", {"file_path": f"{workspace}/notes.txt"}),
+        ("Read", {"file_path": "{workspace}/notes.txt"}),
+    ]
+
+
+async def test_agent_answers_with_what_the_latest_tool_result_shows(encoders: Encoders) -> None:
+    """With `quote`, the answer ends with the pattern's match in the newest result (its group
+    when it has one): what the client's tool really returned, not an older result's."""
+    grep = {"name": "Grep", "input_schema": {"type": "object"}}
+    pattern = r"checksum (ck-[0-9a-f]+)"
+    outputs = {
+        "newest": ("notes.txt:3: checksum ck-0ld", "notes.txt:41: checksum ck-c0ffee"),
+        "no match": ("notes.txt:3: checksum ck-0ld", "no matches"),
+    }
+    answers = {}
+    for case, (older, newest) in outputs.items():
+        script = AgentScript(
+            calls=(("Grep", '{"pattern": "checksum"}'),), rounds_per_turn=2, quote=pattern
+        )
+        upstream = MockUpstream(encoders=encoders, agent=script, strict=True)
+        messages: list[Block] = [user("What is the checksum?")]
+        async with sdk(upstream) as client:
+            for output in (older, newest, None):
+                message = await client.messages.create(**request(*messages, tools=[grep]))
+                if output is None:
+                    break
+                messages += [echoed(message), results_for(message, output)]
+        assert message.stop_reason == "end_turn"
+        assert message.content[-1].type == "text"
+        answers[case] = message.content[-1].text
+    assert answers == {
+        "newest": "Done. The task is complete. ck-c0ffee",
+        "no match": "Done. The task is complete.",
+    }
+    with pytest.raises(re.error):
+        AgentScript(calls=(), quote="checksum (")
 
 
 # --- the recaller ----------------------------------------------------------------------------

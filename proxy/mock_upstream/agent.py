@@ -14,18 +14,30 @@ place: a client that compacts mid-turn with the Responses API's own compaction (
 its history ending with the compaction item, which reaches the model as an assistant message
 (the proxy's block) or as nothing it reads (the provider's own item); a model resumes the
 task from there. It stops at its own answer.
+
+Played for a client that runs real tools (Claude Code: `Read`, `Bash`, `Grep`, `Glob`), a
+script's arguments may name `{workspace}`: the agent fills in the directory the client's
+system prompt says it works in (Claude Code's "Primary working directory: ..."), as a model
+writes the absolute path `Read` requires. And its answer may report what the last tool
+returned (`quote`), so a test sees that the client ran the tools and sent back their results.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from proxy.core.messages import role, text, tool_calls
 from proxy.core.summary import offered_tools
 from proxy.mock_upstream.script import Reply, ToolCall
+
+WORKSPACE: Final = "{workspace}"
+"""In a script's arguments: the directory the client's agent works in, once known."""
+_WORKING_DIRECTORY: Final = re.compile(r"^\s*-?\s*Primary working directory: (\S.*?)\s*$", re.M)
+"""Claude Code's line in its system prompt's environment section."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +60,18 @@ class AgentScript:
     cycle: bool = True
     answer: str = "Done. The task is complete."
     answers: tuple[str, ...] = ()
+    quote: str | None = None
+    """A regular expression: when the latest tool result in the request matches it, the
+    answer ends with what it matched (its first group, if it has one), as a model reports
+    what it found. Without a match (or a tool result), the answer is as scripted."""
 
     def __post_init__(self) -> None:
         if self.rounds_per_turn < 0 or self.parallel < 1:
             raise ValueError("rounds_per_turn must be >= 0 and parallel >= 1")
         for _, arguments in self.calls:
             json.loads(arguments)  # a typo in a script fails here, not in the client's tool
+        if self.quote is not None:
+            re.compile(self.quote)
 
 
 class Agent:
@@ -67,10 +85,10 @@ class Agent:
     def reply(self, body: Mapping[str, Any]) -> Reply:
         """The agent's next message for this request: tool calls, or its answer."""
         if self._rounds_left(body) > 0:
-            calls = self._next_calls()
+            calls = self._next_calls(_workspace(body))
             if calls:
                 return Reply(content=None, tool_calls=calls)
-        return Reply(content=self._next_answer())
+        return Reply(content=self._quoting(self._next_answer(), body))
 
     def _rounds_left(self, body: Mapping[str, Any]) -> int:
         messages = body.get("messages")
@@ -98,13 +116,25 @@ class Agent:
         self.answers_given += 1
         return answers[(self.answers_given - 1) % len(answers)]
 
-    def _next_calls(self) -> tuple[ToolCall, ...]:
+    def _quoting(self, answer: str, body: Mapping[str, Any]) -> str:
+        """`answer`, ending with what `quote` found in the latest tool result, if anything."""
+        if self.script.quote is None:
+            return answer
+        found = re.search(self.script.quote, _latest_result(body))
+        if found is None:
+            return answer
+        return f"{answer} {found.group(1) if found.re.groups else found.group(0)}"
+
+    def _next_calls(self, workspace: str | None) -> tuple[ToolCall, ...]:
         script, calls = self.script, []
         for _ in range(script.parallel):
             if not script.calls or (not script.cycle and self.calls_made >= len(script.calls)):
                 break
             name, arguments = script.calls[self.calls_made % len(script.calls)]
             self.calls_made += 1
+            if workspace is not None:
+                # Escaped as a JSON string's content: the arguments stay valid JSON.
+                arguments = arguments.replace(WORKSPACE, json.dumps(workspace)[1:-1])
             calls.append(ToolCall(name, arguments, id=f"call_agent_{self.calls_made}"))
         return tuple(calls)
 
@@ -119,3 +149,23 @@ def _rounds_this_turn(messages: Sequence[object]) -> int:
             break
         rounds += role(message) == "assistant" and bool(tool_calls(message))
     return rounds
+
+
+def _workspace(body: Mapping[str, Any]) -> str | None:
+    """The working directory a system message names (Claude Code's), if one does."""
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict) and role(message) == "system":
+            found = _WORKING_DIRECTORY.search(text(message))
+            if found:
+                return found.group(1)
+    return None
+
+
+def _latest_result(body: Mapping[str, Any]) -> str:
+    """The text of the request's last tool result ("" when it has none)."""
+    messages = body.get("messages")
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and role(message) == "tool":
+            return text(message)
+    return ""

@@ -32,6 +32,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from proxy.adapters.store import RecallIds
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
 from proxy.core.compaction_items import block_message, block_role
@@ -463,10 +464,12 @@ class Compactor:
             alone = frozen.outcome
         return replace(alone, tried=True)
 
-    async def _keep_recalls(self, turn: Turn, result: Compacted) -> None:
-        """Store what the compaction's recall ids stand for, by content hash: the client's
+    def _recalls(self, turn: Turn, result: Compacted) -> RecallIds | None:
+        """What the compaction's recall ids stand for, by content hash: the client's
         messages are archived after the answer (their bodies travel then); only the proxy's
         own (an earlier cut or note in a span) travel now."""
+        if not result.recalls:
+            return None
         sent = {turn.digests.of(m).hex() for m in turn.request.messages}
         refs: dict[str, list[str]] = {}
         bodies: dict[str, Message] = {}
@@ -474,7 +477,7 @@ class Compactor:
             hashes = [turn.digests.of(m).hex() for m in messages]
             refs[rid] = hashes
             bodies.update((h, m) for h, m in zip(hashes, messages, strict=True) if h not in sent)
-        await self._memory.put_recalls(turn.tenant, turn.session, refs, bodies)
+        return RecallIds(refs, bodies)
 
     async def freeze(
         self,
@@ -497,8 +500,8 @@ class Compactor:
         """
         if not result.steps:
             return Frozen(outcome, stored=False)
+        recalls = self._recalls(turn, result)
         if result.recalls:
-            await self._keep_recalls(turn, result)
             outcome = replace(outcome, recalls={**outcome.recalls, **result.recalls})
         record = CompactionRecord(
             time.time(),
@@ -534,9 +537,16 @@ class Compactor:
                 strategy=result.strategy,
             )
             await self._memory.record_compaction(turn.tenant, turn.session, record)
+            if recalls is not None:
+                await self._memory.put_recalls(
+                    turn.tenant, turn.session, recalls.ids, recalls.bodies
+                )
         else:
-            # Recorded in the same call, when it is the one kept.
-            stored = await self._memory.put_checkpoint(turn.tenant, turn.session, made, record)
+            # Recorded, and its recall ids stored, in the same call (recorded when it is the
+            # one kept): the compaction turn waits for one round trip, not three.
+            stored = await self._memory.put_checkpoint(
+                turn.tenant, turn.session, made, record, recalls
+            )
             if stored is not made:
                 theirs = self._adopted(turn, outcome, stored, ceiling)
                 return Frozen(theirs or outcome.over(turn, made), stored=False)

@@ -32,6 +32,7 @@ from proxy.adapters.store import (
     WHOLE,
     EndedTurn,
     OpenedTurn,
+    RecallIds,
     SessionNotIndexedError,
     Store,
     StoreUnavailableError,
@@ -189,13 +190,14 @@ class Memory:
         session: str | None,
         checkpoint: Checkpoint,
         record: CompactionRecord | None = None,
+        recalls: RecallIds | None = None,
     ) -> Checkpoint:
         """The checkpoint kept for the prefix (`checkpoint` itself when the store is down,
         or when there is no session to keep it in); `record` is recorded with it when it is
-        the one kept (`Store.put_checkpoint`)."""
+        the one kept, and `recalls` stored with it (`Store.put_checkpoint`)."""
         if session is None:
             return checkpoint
-        call = self.store.put_checkpoint(tenant, session, checkpoint, record)
+        call = self.store.put_checkpoint(tenant, session, checkpoint, record, recalls)
         return await self._try(call, checkpoint, write=True)
 
     async def begin_turn(

@@ -202,4 +202,5 @@ async def backend_fixture(redis_pair: tuple[RedisStore, aioredis.Redis] | None) 
     store, raw = redis_pair
     await raw.flushall()
     store._indexed.clear()  # what it listed is gone with the flush: a new server, as it were
+    store._archived.clear()
     return Backend(store, clock, raw)

@@ -26,6 +26,7 @@ from proxy.adapters.store import (
     EndedTurn,
     MemoryStore,
     OpenedTurn,
+    RecallIds,
     RedisStore,
     Store,
     StoreUnavailableError,
@@ -327,6 +328,20 @@ async def test_put_checkpoint_records_the_compaction_only_when_it_is_kept(
     assert (state.compactions, state.last_compaction_turn, state.history) == (1, 3, (record(900),))
     await store.put_checkpoint(A, "s", checkpoint(hashes, 3))  # no record given: none made
     assert (await store.load_session(A, "s") or state).compactions == 1
+
+
+async def test_put_checkpoint_stores_its_recall_ids_whichever_is_kept(backend: Backend) -> None:
+    store = backend.store
+    body = conversation(4)
+    hashes = chain_hashes(body)
+    note = user("[a note the proxy made]")
+    ids = {"rc_aaaaaaaaaa": [content_hash(body[0]), content_hash(note)]}
+    recalls = RecallIds(ids, {content_hash(note): note})
+    kept = await store.put_checkpoint(A, "s", checkpoint(hashes, 2), None, recalls)
+    assert await store.recalled(A, "s", "rc_aaaaaaaaaa") == [note]  # body[0] is not archived
+    other = RecallIds({"rc_bbbbbbbbbb": [content_hash(note)]}, {})
+    assert await store.put_checkpoint(A, "s", checkpoint(hashes, 2, "later"), None, other) == kept
+    assert await store.recalled(A, "s", "rc_bbbbbbbbbb") == [note]
 
 
 async def test_find_checkpoint_longest_match_wins(backend: Backend) -> None:

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from proxy.adapters.store import EndedTurn, MemoryStore, StoreUnavailableError, open_store
+from proxy.adapters.store import (
+    EndedTurn,
+    MemoryStore,
+    RedisStore,
+    StoreUnavailableError,
+    open_store,
+)
+from proxy.adapters.store.nodes import Op
 from proxy.core.messages import Message
 from proxy.core.session import TurnPoint, content_hash
 from proxy.settings import RedisMode, RedisSettings
@@ -255,3 +262,42 @@ async def test_stopped_redis_is_unavailable_for_recalls(tmp_path: Path) -> None:
     finally:
         server.stop()
         await store.aclose()
+
+
+# -- the archive's bodies, sent with the turn ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"], indirect=True)
+async def test_bodies_the_turn_did_not_send_follow_when_the_script_counts_them_new(
+    backend: Backend,
+) -> None:
+    # A replica sends, with the turn's script, the bodies past what it archived last time;
+    # the script tells what the session's sequence really shared. Here another replica
+    # rewound the session meanwhile, and the bodies of the rewound part expired: they are
+    # sent after the script's answer, and the whole history is archived.
+    store, raw = backend.store, backend.raw
+    assert isinstance(store, RedisStore)
+    assert raw is not None
+    history = [user(f"step {i}") if i % 2 == 0 else assistant(f"done {i}") for i in range(9)]
+    hashes = [content_hash(message) for message in history]
+    point = TurnPoint(1, 1.0, 0.2, 10, 10, "none")
+    await store.end_turn(A, "s", EndedTurn(point, {}, None, history[:7]))
+    guess = store._archived[(A, "s")]
+    rewound = [*history[:2], user("another way"), assistant("then")]
+    await store.end_turn(A, "s", EndedTurn(point, {}, None, rewound))  # "another replica"
+    store._archived[(A, "s")] = guess
+    for digest in hashes[2:7]:  # one by one: a tag each, on a cluster
+        await raw.delete(f"cp:{{m:{A}:{digest}}}")
+    await store.end_turn(A, "s", EndedTurn(point, {}, None, history))
+    assert await store.archived(A, "s") == history
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"], indirect=True)
+async def test_a_command_refused_in_a_batch_fails_the_call(backend: Backend) -> None:
+    store, raw = backend.store, backend.raw
+    assert isinstance(store, RedisStore)
+    assert raw is not None
+    await raw.set("cp:{m:t:x}", "text")
+    with pytest.raises(StoreUnavailableError, match="WRONGTYPE"):
+        async with store._call() as call:
+            await call.batch([Op("hset", "cp:{m:t:x}", ("field", "value"))])

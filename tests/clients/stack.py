@@ -10,10 +10,11 @@ headers of every answer the framework gets, whatever the framework does with the
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 import httpx2
@@ -48,9 +49,17 @@ class Stack:
 
 
 @contextmanager
-def running_stack(folder: Path, script: AgentScript, *, window: int = WINDOW) -> Iterator[Stack]:
+def running_stack(
+    folder: Path,
+    script: AgentScript,
+    *,
+    window: int = WINDOW,
+    settings: Mapping[str, str] | None = None,
+    log: IO[bytes] | None = None,
+) -> Iterator[Stack]:
     """The mock playing `script` in a `window` of tokens, a private Redis (when installed)
-    and the proxy process, which is given the same window."""
+    and the proxy process, which is given the same window, and `settings` (more
+    `COMPACTION_PROXY_*` variables); with `log`, the proxy logs its access lines there."""
     upstream = MockUpstream(
         window=window,
         strict=True,
@@ -60,7 +69,8 @@ def running_stack(folder: Path, script: AgentScript, *, window: int = WINDOW) ->
     )
     with ExitStack() as stack:
         upstream_url = stack.enter_context(serve_in_thread(upstream.app))
-        args = ["--upstream", f"{upstream_url}/v1", "--log-level", "warning"]
+        level = "warning" if log is None else "info"
+        args = ["--upstream", f"{upstream_url}/v1", "--log-level", level]
         store = "embedded"
         try:
             redis = RedisServer(folder)
@@ -75,8 +85,8 @@ def running_stack(folder: Path, script: AgentScript, *, window: int = WINDOW) ->
             store = "redis"
         # The window is given, not detected from the mock's /v1/models: these tests are about
         # the clients, and must not depend on how the proxy learns a window.
-        env = {"COMPACTION_PROXY_CONTEXT__CONTEXT_WINDOW": str(window)}
-        proxy_url = stack.enter_context(proxy_process(args, env=env))
+        env = {"COMPACTION_PROXY_CONTEXT__CONTEXT_WINDOW": str(window), **(settings or {})}
+        proxy_url = stack.enter_context(proxy_process(args, env=env, stderr=log))
         yield Stack(proxy_url, upstream, store)
 
 

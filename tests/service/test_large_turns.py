@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 
 from proxy.core.tokens import TextEncoder
@@ -95,21 +96,28 @@ async def test_emergency_plan_of_a_large_turn_runs_in_a_worker_thread() -> None:
     assert threads.on_loop == []
 
 
-async def test_forced_plan_of_a_large_turn_runs_in_a_worker_thread() -> None:
+@pytest.mark.parametrize(("tokens", "off_loop"), [(12_000, True), (6_000, False)])
+async def test_forced_plan_runs_in_a_worker_thread_when_a_message_is_large(
+    tokens: int, off_loop: bool
+) -> None:
     provider = MockUpstream()
     # Tool results far over their share: the preparer's forced plan trims them (their heads
     # and tails counted), while the request itself, under the trigger, is forwarded as is.
+    # Each is over 64 KB (12,000 tokens of prose), or each under it but all of them over it.
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the failure."}]
     for i in range(3):
         call = {"id": f"c{i}", "type": "function", "function": {"name": "log", "arguments": "{}"}}
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append(
-            {"role": "tool", "tool_call_id": f"c{i}", "content": prose(6_000, f"e{i}x")}
+            {"role": "tool", "tool_call_id": f"c{i}", "content": prose(tokens, f"e{i}x")}
         )
         messages.append({"role": "user", "content": f"And part {i + 1}?"})
     body = {"model": MODEL, "messages": messages}
     assert len(httpx.Request("POST", "/", json=body).content) >= OFF_LOOP_BYTES
-    context = {"context_window": 120_000, "prepare_at": 0.2, "tool_result_max_share": 0.02}
+    assert (len(messages[2]["content"]) >= OFF_LOOP_BYTES) is off_loop
+    # The same pressure either way: past the preparation level, under the trigger.
+    window, share = 20 * tokens, 0.02 * 6_000 / tokens
+    context = {"context_window": window, "prepare_at": 0.2, "tool_result_max_share": share}
     async with serve(provider.app) as base, proxy(base, **context) as (http, threads, service):
         response = await http.post(
             "/v1/chat/completions", json=body, headers={"x-session-id": "large"}, timeout=60
@@ -120,5 +128,10 @@ async def test_forced_plan_of_a_large_turn_runs_in_a_worker_thread() -> None:
     assert provider.last.json()["messages"] == messages
     results = len(messages[2]["content"])
     assert sorted(threads.apart)[-3:] == [results] * 3  # the new results, counted apart
-    assert min(threads.apart) < results // 4  # the forced plan's heads and tails
-    assert threads.on_loop == []
+    # The forced plan's heads and tails: counted in the plan's thread when a message is
+    # large; else on the loop, each a piece of a message under 64 KB (a thread hop would
+    # cost every plan of a long history more than that).
+    cuts = threads.apart[3:] if off_loop else threads.on_loop
+    assert cuts
+    assert max(cuts) < results // 4
+    assert (threads.on_loop == []) is off_loop

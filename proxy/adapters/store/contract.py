@@ -62,6 +62,16 @@ class SessionNotIndexedError(StoreUnavailableError):
 
 
 @dataclass(frozen=True, slots=True)
+class RecallIds:
+    """Recall ids and what they stand for (`Recalls.put_recalls`'s arguments)."""
+
+    ids: Mapping[str, Sequence[str]]
+    """Each id's messages, by content hash."""
+    bodies: Mapping[str, Message]
+    """The messages not archived otherwise, by content hash."""
+
+
+@dataclass(frozen=True, slots=True)
 class EndedTurn:
     """What an answered request leaves in its session (`Sessions.end_turn`): its point on
     the timeline, its context report and body without messages (`record_turn`), its
@@ -121,10 +131,12 @@ class Checkpoints(Protocol):
         session_id: str,
         checkpoint: Checkpoint,
         record: CompactionRecord | None = None,
+        recalls: RecallIds | None = None,
     ) -> Checkpoint:
         """Store `checkpoint` unless its prefix has one already in the session; returns the
         one kept. When it is stored and `record` is given, `record_compaction(record)` is
-        done in the same call (one round trip: the compaction turn waits for it).
+        done in the same call (one round trip: the compaction turn waits for it); so is
+        `put_recalls` of `recalls` (the ids its notes name), whichever checkpoint is kept.
 
         Set-if-absent: of two replicas compacting the same prefix, the first one wins and
         both forward its messages, so the provider's cache sees one prefix; only the winner

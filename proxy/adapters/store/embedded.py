@@ -40,6 +40,7 @@ from proxy.adapters.store.contract import (
     WHOLE,
     EndedTurn,
     OpenedTurn,
+    RecallIds,
     common_prefix,
     content_hashes,
 )
@@ -363,7 +364,10 @@ class MemoryStore:
         session_id: str,
         checkpoint: Checkpoint,
         record: CompactionRecord | None = None,
+        recalls: RecallIds | None = None,
     ) -> Checkpoint:
+        if recalls is not None:
+            await self.put_recalls(tenant, session_id, recalls.ids, recalls.bodies)
         self._sweep()
         key = (tenant, session_id, checkpoint.prefix_hash)
         existing = self._checkpoints.get(key)

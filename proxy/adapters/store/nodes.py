@@ -35,7 +35,12 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.cluster import PRIMARY
-from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import (
+    ClusterDownError,
+    NoScriptError,
+    RedisClusterException,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from proxy.adapters.store.contract import WHOLE, StoreUnavailableError
@@ -53,6 +58,12 @@ class Op:
     key: str
     args: tuple[Any, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def script(cls, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Op:
+        """A script run by its SHA on the place of its keys (one hash tag). Its reply is a
+        `NoScriptError` when that place does not know the script yet: run it by EVAL then."""
+        return cls(_EVALSHA, keys[0], (sha, len(keys), *keys, *args))
 
 
 class Nodes:
@@ -251,10 +262,10 @@ class Call:
         async def run(indexes: Sequence[int]) -> None:
             pipe = self._nodes.client.pipeline(transaction=False)
             for index in indexes:
-                op = ops[index]
-                getattr(pipe, op.name)(op.key, *op.args, **op.options)
-            for index, reply in zip(indexes, await pipe.execute(), strict=True):
-                replies[index] = reply
+                _queue(pipe, ops[index])
+            answered = await pipe.execute(raise_on_error=False)
+            for index, reply in zip(indexes, answered, strict=True):
+                replies[index] = _checked(reply)
 
         legs = [
             self.at(node, partial(run, indexes), fenced=True) for node, indexes in groups.items()
@@ -268,6 +279,27 @@ class Call:
             if isinstance(outcome, BaseException):
                 raise outcome
         return replies
+
+
+_EVALSHA = "EVALSHA"
+
+
+def _checked(reply: Any) -> Any:
+    """A pipeline's reply to one op. A script the place does not know is the caller's to
+    run again; any other error fails the batch, as the pipeline would have raised it."""
+    if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
+        raise reply
+    return reply
+
+
+def _queue(pipe: Any, op: Op) -> None:
+    """Add `op` to a pipeline. A script as a raw command: the cluster pipeline refuses its
+    `evalsha` method (a script's keys could span slots), while ours keep to one hash tag,
+    which it routes like any command's keys."""
+    if op.name == _EVALSHA:
+        pipe.execute_command(_EVALSHA, *op.args)
+    else:
+        getattr(pipe, op.name)(op.key, *op.args, **op.options)
 
 
 def _at(node: str) -> str:

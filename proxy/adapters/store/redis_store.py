@@ -92,6 +92,7 @@ from proxy.adapters.store.contract import (
     WHOLE,
     EndedTurn,
     OpenedTurn,
+    RecallIds,
     SessionNotIndexedError,
     StoreUnavailableError,
     content_hashes,
@@ -515,6 +516,10 @@ class RedisStore:
         # a busy one again only every `_INDEX_EVERY_S`: five commands on two other nodes per
         # request bought an order to the second in the admin's list, which nobody reads.
         self._indexed: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # How long each session's archived sequence was when this replica last wrote it, and
+        # its last hash: the bodies after that are sent with the turn's script, in its round
+        # trip, instead of after it once the script says which are new (`end_turn`).
+        self._archived: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
 
     @classmethod
     def connect(cls, settings: RedisSettings) -> RedisStore:
@@ -635,6 +640,7 @@ class RedisStore:
         session_id: str,
         checkpoint: Checkpoint,
         record: CompactionRecord | None = None,
+        recalls: RecallIds | None = None,
     ) -> Checkpoint:
         keys = _checkpoint_keys(tenant, session_id)
         text = json.dumps(checkpoint.to_json())
@@ -643,8 +649,13 @@ class RedisStore:
             # The session's state, history and archive, as `_RECORD_COMPACTION` has them.
             keys = [*keys, *_session_keys(tenant, session_id)[:3]]
             args = (*args, json.dumps(record.to_json()), HISTORY_LIMIT)
+        # The recall ids and bodies in the same round trip (a pipeline per node).
+        ops = [
+            Op.script(self._shas[_PUT_CHECKPOINT], keys, args),
+            *(self._recall_ops(tenant, session_id, recalls.ids, recalls.bodies) if recalls else ()),
+        ]
         async with self._call() as call:
-            existing = await call.on(keys[0], lambda: self._script(_PUT_CHECKPOINT, keys, *args))
+            existing = (await self._batch(call, ops, {0: _PUT_CHECKPOINT}))[0]
         if existing is None:
             return checkpoint
         return Checkpoint.from_json(jsoncodec.loads(existing))
@@ -722,32 +733,23 @@ class RedisStore:
         """The reply of a script that counts a turn, run with the session's indexes when
         they are due; and why they could not be written, if so."""
 
-        async def counted() -> Any:
-            async with self._call() as call:
-                return await call.on(keys[0], lambda: self._script(script, keys, *args))
-
         name = (tenant, session_id)
-        if at - self._indexed.get(name, -math.inf) < _INDEX_EVERY_S:
-            return await counted(), None
-
-        async def indexed() -> None:
-            async with self._call() as call:
+        due = at - self._indexed.get(name, -math.inf) >= _INDEX_EVERY_S
+        async with self._call() as call:
+            began = await call.on(keys[0], lambda: self._script(script, keys, *args))
+            if not due:
+                return began, None
+            # Then the indexes, on their nodes, in the same call: one connection at a time
+            # (a call holding two could leave every holder of a turn waiting on the pool for
+            # a connection another one holds), a round trip more once every
+            # `_INDEX_EVERY_S` per session. The turn is what the request needs; an index not
+            # updated loses only the session's place in the list until its next turn.
+            try:
                 await call.batch(self._index(tenant, session_id, at))
-
-        # Side by side: the turn on the session's node, the indexes on theirs (one round
-        # trip's wait). The turn is what the request needs; an index not updated loses only
-        # the session's place in the list until its next turn. Two calls, each with its
-        # own turn (and connection): one call using two connections at once could leave
-        # every turn's holder waiting on the pool for a connection another one holds.
-        results: tuple[Any, BaseException | None] = await asyncio.gather(
-            counted(), indexed(), return_exceptions=True
-        )
-        began, failed = results
-        if isinstance(began, BaseException):
-            raise began
-        if isinstance(failed, BaseException):
-            scope = failed.scope if isinstance(failed, StoreUnavailableError) else WHOLE
-            return began, _Unindexed(failed, scope)
+            except StoreUnavailableError as failed:
+                return began, _Unindexed(failed, failed.scope)
+            except _FAILURES as failed:
+                return began, _Unindexed(failed, call.scope())
         self._indexed[name] = at
         self._indexed.move_to_end(name)
         if len(self._indexed) > _INDEXED_KEPT:
@@ -802,16 +804,57 @@ class RedisStore:
         messages = ended.messages
         sequence = content_hashes(messages, ended.hashes) if messages else ()
         args = (
-            self._ttl_ms,
             *_turn_args(ended.point, ended.context, ended.request),
             "" if ended.usage is None else json.dumps(dict(ended.usage)),
             self._refresh_ms,
             ",".join(sequence),
         )
+        # The bodies past what this replica archived of the session last time go with the
+        # script, in one round trip (a pipeline per node): a growing history's new messages.
+        # The script's answer is the truth: bodies it counts as new that were not sent
+        # (another replica's turns, a rewind) follow; any sent that it knew are set-if-absent.
+        sent = self._archived_length(tenant, session_id, sequence)
+        ops = [
+            Op.script(self._shas[_END_TURN], keys, (self._ttl_ms, *args)),
+            *self._bodies(tenant, sequence, messages, sent, due=0),
+        ]
         async with self._call() as call:
-            known, due = await call.on(keys[0], lambda: self._script(_END_TURN, keys, *args))
+            replies = await self._batch(call, ops, {0: _END_TURN})
             if sequence:
-                await call.batch(self._bodies(tenant, sequence, messages, known, due))
+                known, due = replies[0]
+                rest = self._bodies(tenant, sequence[:sent], messages[:sent], known, due)
+                if rest:
+                    await call.batch(rest)
+        if sequence:
+            self._remember_archived(tenant, session_id, sequence)
+
+    def _archived_length(self, tenant: str, session_id: str, sequence: Sequence[str]) -> int:
+        """How much of `sequence` this replica archived last time for the session, as far as
+        it can tell (its length then, when the hash there is the same): 0 if unknown."""
+        length, last = self._archived.get((tenant, session_id), (0, ""))
+        if 0 < length <= len(sequence) and sequence[length - 1] == last:
+            return length
+        return 0
+
+    def _remember_archived(self, tenant: str, session_id: str, sequence: Sequence[str]) -> None:
+        name = (tenant, session_id)
+        self._archived[name] = (len(sequence), sequence[-1])
+        self._archived.move_to_end(name)
+        if len(self._archived) > _INDEXED_KEPT:
+            self._archived.popitem(last=False)
+
+    async def _batch(self, call: Call, ops: Sequence[Op], scripts: Mapping[int, str]) -> list[Any]:
+        """`call.batch(ops)`, where the ops at `scripts`' indexes are `Op.script`s of those
+        scripts: one the place did not know yet is run again by EVAL there, which teaches it."""
+        replies = await call.batch(ops)
+        for index, script in scripts.items():
+            if isinstance(replies[index], NoScriptError):
+                replies[index] = await self._taught(call, ops[index], script)
+        return replies
+
+    async def _taught(self, call: Call, op: Op, script: str) -> Any:
+        """`op`'s script run by EVAL on its place (which then knows it)."""
+        return await call.on(op.key, lambda: self._client.eval(script, *op.args[1:]))
 
     async def timeline(self, tenant: str, session_id: str) -> list[TurnPoint]:
         timeline_key = _session_keys(tenant, session_id)[3]
@@ -940,6 +983,17 @@ class RedisStore:
     ) -> None:
         if not recalls and not bodies:
             return
+        ops = self._recall_ops(tenant, session_id, recalls, bodies)
+        async with self._call() as call:
+            await call.batch(ops)
+
+    def _recall_ops(
+        self,
+        tenant: str,
+        session_id: str,
+        recalls: Mapping[str, Sequence[str]],
+        bodies: Mapping[str, Message],
+    ) -> list[Op]:
         recall_key = _session_keys(tenant, session_id)[5]
         # Many hash tags (the session's, each body's): pipelines, not a transaction nor a
         # script. HSETNX and SET NX are each atomic: an id keeps the hashes first written
@@ -959,8 +1013,7 @@ class RedisStore:
             )
             for digest, message in bodies.items()
         ]
-        async with self._call() as call:
-            await call.batch(ops)
+        return ops
 
     async def recalled(self, tenant: str, session_id: str, recall_id: str) -> list[Message] | None:
         recall_key = _session_keys(tenant, session_id)[5]
