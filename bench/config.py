@@ -13,9 +13,10 @@ from typing import Final, Literal
 from bench.workloads import WORKLOADS, WorkloadKey
 from proxy.mock_upstream import SummaryQuality
 
-Api = Literal["chat", "responses"]
-"""The API a matrix cell's client speaks: chat completions or the Responses API."""
-APIS: Final[tuple[Api, ...]] = ("chat", "responses")
+Api = Literal["chat", "responses", "messages"]
+"""The API a matrix cell's client speaks: chat completions, the Responses API or Anthropic's
+Messages API."""
+APIS: Final[tuple[Api, ...]] = ("chat", "responses", "messages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +54,8 @@ class Size:
     matrix_max_calls: int
     """...but no more model calls than this per cell."""
     matrix_apis: tuple[Api, ...] = APIS
-    """Each cell runs once per API: the same workload over chat completions and over the
-    Responses API."""
+    """Each cell runs once per API: the same workload over chat completions, over the
+    Responses API and over the Messages API."""
     matrix_workloads: tuple[WorkloadKey, ...] = WORKLOADS
     """The workloads of the matrix (`--workload` picks among all of them whatever the size)."""
 

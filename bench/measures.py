@@ -246,7 +246,7 @@ class CellResult:
     target: float
     """The landing target judged: the default `compaction_target`."""
     api: str = "chat"
-    """The API the client spoke: `chat` (completions) or `responses`."""
+    """The API the client spoke: `chat` (completions), `responses` or `messages`."""
     model_calls: int = 0
     user_turns: int = 0
     client_errors: int = 0
@@ -311,12 +311,19 @@ class CellResult:
     Codex does), besides the proxy's compactions."""
     client_compactions: int = 0
     """How many times it did."""
+    thinking: bool = False
+    """Whether the client enabled thinking (Messages API): every answer opens with a signed
+    `thinking` block the client sends back."""
+    signatures: Tally | None = None
+    """Forwarded assistant turns that came back with the thinking the provider issued for
+    them, byte for byte (`bench.thinking`; when thinking is on)."""
 
     @property
     def name(self) -> str:
         workload = f"{self.workload} {self.strategy}" if self.strategy else self.workload
         variant = (" streamed" if self.stream else "") + ("" if self.recall else " recall off")
         variant += " client-compacting" if self.client_compacts else ""
+        variant += " thinking" if self.thinking else ""
         return f"{self.window // 1024}k {workload}{variant} {self.summarizer} ({self.api})"
 
     @property

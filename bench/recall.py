@@ -26,8 +26,9 @@ from proxy.core.messages import Message, role, text, tool_call_name, tool_calls
 from proxy.core.summary import notes_in
 from proxy.core.tool_results import is_cleared, is_trimmed
 
-HEAD: Final = ("instructions", "tools")
-"""The fields of a request before its conversation, in the provider's cache prefix."""
+HEAD: Final = ("instructions", "system", "tools")
+"""The fields of a request before its conversation, in the provider's cache prefix (the
+Responses API's `instructions`, the Messages API's `system`)."""
 _MISSES_KEPT: Final = 5
 # How the proxy's answer to a recall call opens when it holds no content (proxy.core.recall).
 _FAILED: Final = (

@@ -299,6 +299,7 @@ def _title(cell: CellResult) -> str:
     title = TITLES.get(cell.workload, cell.workload)
     title = f"{title}, `{cell.strategy}`" if cell.strategy else title
     title += (", streamed" if cell.stream else "") + ("" if cell.recall else ", recall off")
+    title += ", thinking" if cell.thinking else ""
     return title + (", client compacting" if cell.client_compacts else "")
 
 
@@ -411,7 +412,8 @@ def _fixed_heavy_rows(cells: list[CellResult]) -> list[list[str]]:
 
 
 def _variant(cell: CellResult) -> str:
-    return "recall off" if not cell.recall else ("streamed" if cell.stream else "whole")
+    variant = "recall off" if not cell.recall else ("streamed" if cell.stream else "whole")
+    return variant + (", thinking" if cell.thinking else "")
 
 
 def _answer(answer: Answer) -> str:
@@ -440,11 +442,13 @@ def _mean(values: list[int]) -> float:
 def _recall_cost_rows(cells: list[CellResult]) -> list[list[str]]:
     """Recall on (whole) beside recall off, per window, summarizer and API."""
     off = {
-        (c.window, c.summarizer, c.api): c for c in cells if c.workload == "recall" and not c.recall
+        (c.window, c.summarizer, c.api, c.thinking): c
+        for c in cells
+        if c.workload == "recall" and not c.recall
     }
     rows = []
     for cell in cells:
-        baseline = off.get((cell.window, cell.summarizer, cell.api))
+        baseline = off.get((cell.window, cell.summarizer, cell.api, cell.thinking))
         if cell.workload != "recall" or not cell.recall or cell.stream or baseline is None:
             continue
         on_mean, off_mean = _mean(cell.prompts_before), _mean(baseline.prompts_before)
@@ -600,8 +604,12 @@ def _matrix_intro(cells: list[CellResult]) -> str:
         "stateless, `store` false, the model's reasoning items sent back with their "
         "`encrypted_content`, which the mock refuses altered or parted from the items they "
         "preceded); for `responses` the history is counted as the provider counts items "
-        "(a reasoning item as a quarter of its ciphertext). Strict refusals: requests the "
-        "mock refused for broken tool pairing, role order or reasoning items." + bulk + replaced
+        "(a reasoning item as a quarter of its ciphertext); and over Anthropic's Messages API "
+        "(`messages`: the `anthropic` SDK as Claude Code sends it, a Claude model whose "
+        "window the cell's proxy configures, a breakpoint on the last block; `, thinking` "
+        "cells enable thinking and send the signed blocks back, which must reach the mock "
+        "as it issued them). Strict refusals: requests the mock refused for broken tool "
+        "pairing, role order, reasoning items or thinking signatures." + bulk + replaced
     )
 
 

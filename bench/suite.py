@@ -3,7 +3,7 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 
     python -m bench.suite [--size default|quick|smoke] [--no-litellm] [--no-profile]
                           [--no-overhead] [--no-sessions] [--no-store-load] [--no-growth]
-                          [--no-matrix | --matrix-only] [--workload NAME ...]
+                          [--no-matrix | --matrix-only] [--workload NAME ...] [--api NAME ...]
                           [--upstream-latency-ms 0] [--chunks 64] [--out bench/results]
 
 1. Overhead: a fast mock upstream (`bench/mock_server.py`), `compaction-proxy serve` and
@@ -11,11 +11,11 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
    through each proxy, interleaved in rounds (`bench/cases/overhead.py`).
 2. Effectiveness: a long scripted agent session through the proxy against a mock with a small
    window, and straight to the mock (`bench/cases/session.py`).
-3. The effectiveness matrix: windows x workloads x summarizers x APIs (chat completions and
-   the Responses API), each cell a scripted session through a proxy on its default settings
-   (`bench/cases/matrix.py`, `bench/cases/matrix_clients.py`, `bench/workloads.py`), what
-   its forwarded requests show judged by `bench/forwarded.py` and, for the recall workload,
-   `bench/recall.py`; `--workload` runs only some.
+3. The effectiveness matrix: windows x workloads x summarizers x APIs (chat completions, the
+   Responses API and Anthropic's Messages API), each cell a scripted session through a proxy
+   on its default settings (`bench/cases/matrix.py`, `bench/cases/matrix_clients.py`,
+   `bench/workloads.py`), what its forwarded requests show judged by `bench/forwarded.py`
+   and, for the recall workload, `bench/recall.py`; `--workload` and `--api` run only some.
 4. The store under load: concurrent streams, each its own conversation, through the proxy on
    a private redis-server; its store errors and what Redis kept (`bench/cases/store_load.py`).
    Then agents whose histories grow as real agents' do, one and eight at once, through one
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import importlib.metadata
 import os
@@ -43,7 +44,7 @@ from bench import charts, growth
 from bench.cases import matrix, overhead, store_load
 from bench.cases.mock_check import check_mocks
 from bench.cases.session import PLANS, run_session
-from bench.config import SIZES, Size
+from bench.config import APIS, SIZES, Size
 from bench.conversation import FixedPool, agent_history
 from bench.profiling import profile_case, py_spy
 from bench.progress import Progress
@@ -117,6 +118,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=WORKLOADS,
         default=[],
         help="only this workload in the matrix (repeatable; any workload, whatever the size)",
+    )
+    parser.add_argument(
+        "--api",
+        action="append",
+        choices=APIS,
+        default=[],
+        help="only this API in the matrix (repeatable)",
     )
     parser.add_argument("--upstream-latency-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
@@ -219,8 +227,14 @@ async def _overhead_part(
                 await _profiles(run, stack, specs, size.profile_seconds, out)
 
 
-async def _run(args: argparse.Namespace, run: Run) -> None:
+def _size(args: argparse.Namespace) -> Size:
+    """The run's size, its matrix on the `--api`s given only."""
     size: Size = SIZES[args.size]
+    return dataclasses.replace(size, matrix_apis=tuple(args.api)) if args.api else size
+
+
+async def _run(args: argparse.Namespace, run: Run) -> None:
+    size = _size(args)
     encoders = load_encoders(names=(O200K_BASE,))
     if O200K_BASE not in encoders.by_name:
         run.problems.append(
@@ -262,7 +276,7 @@ async def _run(args: argparse.Namespace, run: Run) -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
-    size: Size = SIZES[args.size]
+    size = _size(args)
     return {
         "size": (
             f"{size.name} (rounds of {size.block} requests per path at concurrency 1, "

@@ -306,6 +306,14 @@ MATRIX_TARGETS = (
         lambda cell: True,
         _no_strict_refusal,
     ),
+    # Issue 25: a thinking block comes back as the provider issued it, or not at all.
+    MatrixTarget(
+        "signatures",
+        "thinking blocks forwarded byte-identical to those the provider issued for their turn",
+        "every assistant turn that thought, in every cell with thinking",
+        lambda cell: cell.thinking,
+        _tally(lambda cell: cell.signatures),
+    ),
     MatrixTarget(
         "overflow",
         "requests over the provider's window after the first calibration",
@@ -433,6 +441,7 @@ API_NAMES = {
     "chat": "chat completions",
     "responses": "Responses API",
     "responses+compact": "Responses API, the client compacting through /v1/responses/compact",
+    "messages": "Messages API",
 }
 
 

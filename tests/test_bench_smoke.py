@@ -31,7 +31,9 @@ APIS = (
     "chat completions",
     "Responses API",
     "Responses API, the client compacting through /v1/responses/compact",
+    "Messages API",
 )
+THINKING_TARGET = "thinking blocks forwarded byte-identical to those the provider issued"
 
 
 def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Path) -> None:
@@ -71,16 +73,18 @@ def _assert_growth(report: str) -> None:
 
 
 def _assert_matrix(report: str) -> None:
-    """Each workload ran at the smoke size's window over both APIs, without a client-visible
-    error or a strict refusal, and every matrix target was judged per API (met or missed:
-    the numbers are the policy's business)."""
+    """Each workload ran at the smoke size's window over every API (the Messages API with
+    thinking and without), without a client-visible error or a strict refusal, and every
+    matrix target was judged per API (met or missed: the numbers are the policy's business),
+    the thinking signatures over the Messages API."""
     start = report.index("## Effectiveness matrix")
     matrix = report[start : report.index("The same cells side by side", start)]
     rows = [line.split(" | ") for line in matrix.splitlines() if line.startswith("| 8,192 | ")]
     workloads = {"tool-heavy agent", "chatty assistant", "typed statements"}
-    assert {(row[1], row[3]) for row in rows} == {
-        (workload, api) for workload in workloads for api in ("chat", "responses")
-    } | {(f"{workload}, client compacting", "responses") for workload in workloads}
+    expected = {(w, api) for w in workloads for api in ("chat", "responses", "messages")}
+    expected |= {(f"{workload}, client compacting", "responses") for workload in workloads}
+    expected |= {(f"{workload}, thinking", "messages") for workload in workloads}
+    assert {(row[1], row[3]) for row in rows} == expected
     for row in rows:
         calls, errors, refusals = int(row[4]), int(row[14]), int(row[15])
         assert calls > 0, row
@@ -91,6 +95,8 @@ def _assert_matrix(report: str) -> None:
         for name in MATRIX_TARGETS:
             pattern = re.escape(f"matrix, {api}: {name}") + r".*\*\*(met|MISSED)\*\*"
             assert re.search(pattern, targets), (api, name)
+    pattern = re.escape(f"matrix, Messages API: {THINKING_TARGET}") + r".*\*\*(met|MISSED)\*\*"
+    assert re.search(pattern, targets)
 
 
 # Issue 21's workloads, which the smoke size leaves out of the suite's run: each is built,

@@ -22,6 +22,15 @@ does (`client_compacts`): once its count of its history passes 90 % of the windo
 `POST /v1/responses/compact` through the proxy and goes on from the output (the user
 messages and the proxy's compaction item); the proxy's own compactions go on beside it.
 
+Every cell runs over Anthropic's Messages API too (`MessagesClient`, the `anthropic` SDK as
+Claude Code sends it), once without thinking and once with it (`thinking`): each answer then
+opens with a signed `thinking` block the client sends back, and `bench.thinking` checks that
+every one the proxy forwards is the block the mock issued for that turn, byte for byte. The
+client asks for a Claude model, whose window the proxy's table says is 200k and which
+Anthropic's `/v1/models` does not report: the cell's proxy configures the cell's window for
+it (`models:`), as an operator in front of a smaller Anthropic-compatible model does;
+nothing under `context:` as elsewhere.
+
 Not every workload runs at every window (`windows_of`): the labelled statements and the
 tool-only identifiers at the run's windows up to 32k; the oversized newest result and the
 fixed-heavy agent at 16k, where clients met them, whatever the run's size. The oversized
@@ -42,16 +51,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import anthropic
 import openai
 import yaml
 
 from bench import forwarded
 from bench import recall as recall_judge
+from bench import thinking as thinking_judge
 from bench.cases.matrix_clients import (
+    CLAUDE_MODEL,
     CLIENTS,
     MODEL,
     CompactingResponsesClient,
     MatrixClient,
+    anthropic_tools,
     flat_tools,
 )
 from bench.cases.session import _served
@@ -106,12 +119,15 @@ class CellSpec:
     """The proxy's `context.recall` (False: configured off)."""
     client_compacts: bool = False
     """The client compacts its own history through `/v1/responses/compact` (Responses)."""
+    thinking: bool = False
+    """The client enables thinking and sends the signed blocks back (Messages)."""
 
     @property
     def slug(self) -> str:
         workload = f"{self.workload}-{self.strategy}" if self.strategy else self.workload
         workload += ("-streamed" if self.stream else "") + ("" if self.recall else "-recall-off")
         workload += "-client-compact" if self.client_compacts else ""
+        workload += "-thinking" if self.thinking else ""
         return f"matrix-{self.window}-{workload}-{self.summarizer}-{self.api}"
 
     @property
@@ -136,10 +152,11 @@ def _variants(workload: WorkloadKey) -> list[tuple[bool, bool]]:
 
 def cell_specs(size: Size, workloads: Sequence[WorkloadKey] = ()) -> list[CellSpec]:
     """The cells a run of `size` measures (of `workloads` only, when given), window by
-    window; each API's run of a cell next to the other's, and a Responses cell's next to
-    its twin whose client compacts through `/v1/responses/compact`."""
+    window; each API's run of a cell next to the others', a Responses cell's next to its
+    twin whose client compacts through `/v1/responses/compact`, a Messages cell's next to
+    its twin with thinking."""
     cells = [
-        CellSpec(window, workload, summarizer, api, strategy, stream, recall_on, compacts)
+        CellSpec(window, workload, summarizer, api, strategy, stream, recall_on, compacts, thinking)
         for workload in workloads or size.matrix_workloads
         for window in windows_of(workload, size)
         for strategy in (STRATEGIES if workload in EVERY_STRATEGY else (None,))
@@ -147,8 +164,15 @@ def cell_specs(size: Size, workloads: Sequence[WorkloadKey] = ()) -> list[CellSp
         for stream, recall_on in _variants(workload)
         for api in size.matrix_apis
         for compacts in ((False, True) if api == "responses" else (False,))
+        for thinking in thinking_variants(api)
     ]
     return sorted(cells, key=lambda spec: spec.window)  # stable: workloads in order
+
+
+def thinking_variants(api: Api) -> tuple[bool, ...]:
+    """Whether the client enables thinking, for each run of a cell over `api`: the Messages
+    API's runs without and with it."""
+    return (False, True) if api == "messages" else (False,)
 
 
 def workload_for(spec: CellSpec, size: Size, counter: TokenCounter) -> Workload:
@@ -176,9 +200,16 @@ def fixed_share(workload: Workload, window: int, counter: TokenCounter, api: Api
         calibration=TOKEN_FACTOR,
     )
     system = {"role": "system", "content": workload.system}
-    tools = flat_tools(workload.tools) if api == "responses" else list(workload.tools)
+    tools = _tools(workload, api)
     tokens = counter.messages([system]) + counter.tools({"tools": tools})
     return room_fixed_share(budget, tokens)
+
+
+def _tools(workload: Workload, api: str) -> list[dict[str, Any]]:
+    """`workload`'s tools in `api`'s form."""
+    if api == "responses":
+        return flat_tools(workload.tools)
+    return anthropic_tools(workload.tools) if api == "messages" else list(workload.tools)
 
 
 def _target(spec: CellSpec, workload: Workload, counter: TokenCounter) -> float:
@@ -243,7 +274,7 @@ def _judge_recall(client: MatrixClient, bodies: list[Any]) -> None:
     first = min(texts.index(asked.question) for asked in workload.asked)
     if first < len(client.first_calls):
         cell.prompts_before = upstream.prompt_tokens[: client.first_calls[first]]
-    tools = flat_tools(workload.tools) if cell.api == "responses" else list(workload.tools)
+    tools = _tools(workload, cell.api)
     offered = [*tools, recall.tool(cell.api == "responses")]
     counter = client.counter
     cell.tool_tokens = counter.tools({"tools": offered}) - counter.tools({"tools": tools})
@@ -303,6 +334,7 @@ async def run_cell(
         stream=spec.stream,
         recall=spec.recall,
         client_compacts=spec.client_compacts,
+        thinking=spec.thinking,
     )
     upstream = MockUpstream(
         window=spec.window,
@@ -319,14 +351,13 @@ async def run_cell(
         # A model that calls `context_recall` when a question needs what a compaction took.
         recaller=bool(workload.asked),
     )
+    issued = thinking_judge.Issued(upstream.app) if spec.api == "messages" else None
     start_time = time.perf_counter()
-    async with _served(upstream.app) as mock_url:
+    async with _served(issued or upstream.app) as mock_url:
         # Started off the event loop: the loop serves the mock meanwhile.
         proxy = await asyncio.to_thread(_start_proxy, spec, mock_url, work)
         try:
-            async with openai.AsyncOpenAI(
-                api_key="sk-bench", base_url=proxy.base_url, max_retries=0, timeout=120
-            ) as sdk:
+            async with _sdk(spec.api, proxy.base_url) as sdk:
                 kind = CompactingResponsesClient if spec.client_compacts else CLIENTS[spec.api]
                 client = kind(sdk, workload, upstream, counter, cell, stream=spec.stream)
                 await _drive(client, progress)
@@ -335,7 +366,22 @@ async def run_cell(
             await asyncio.to_thread(proxy.stop)
     cell.wall_s = time.perf_counter() - start_time
     _read_upstream(client)
+    if issued is not None and spec.thinking:
+        cell.signatures = thinking_judge.judge(
+            issued.contents, [request.json() for request in client.forwarded()]
+        )
     return cell
+
+
+def _sdk(api: Api, base_url: str) -> Any:
+    """The official async client of `api` on the proxy at `base_url` (no retries)."""
+    if api == "messages":
+        # Anthropic's SDK appends `/v1/messages` itself.
+        root = base_url.removesuffix("/v1")
+        return anthropic.AsyncAnthropic(
+            api_key="sk-ant-bench", base_url=root, max_retries=0, timeout=120
+        )
+    return openai.AsyncOpenAI(api_key="sk-bench", base_url=base_url, max_retries=0, timeout=120)
 
 
 def _start_proxy(spec: CellSpec, mock_url: str, work: Path) -> Server:
@@ -353,6 +399,9 @@ def _start_proxy(spec: CellSpec, mock_url: str, work: Path) -> Server:
         context["recall"] = False
     if context:
         settings["context"] = context
+    if spec.api == "messages":
+        # A Claude model's window is 200k in the proxy's table: the cell's is configured.
+        settings["models"] = {CLAUDE_MODEL: {"context_window": spec.window}}
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings))
     port = free_port()
