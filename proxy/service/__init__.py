@@ -297,8 +297,12 @@ class ProxyService:
     def _check_fits(self, turn: Turn, outcome: Outcome) -> None:
         """Raise the provider's own overflow error when compaction had its chance and what is
         left is still over the window: forwarding it would only fetch that error. The turn
-        is recorded as refused, with the tokens it carried (the session API shows it)."""
-        if outcome.tried and turn.budget.beyond_window(outcome.tokens_after):
+        is recorded as refused, with the tokens it carried (the session API shows it).
+
+        Not on an estimate no answer has calibrated yet (`Turn.estimated`): it errs high, and
+        a request it refused would never fetch the usage that corrects it. Forwarded, it is
+        answered, or refused by the provider itself (then compacted hard and retried)."""
+        if outcome.tried and not turn.estimated and turn.budget.beyond_window(outcome.tokens_after):
             self._spawn(self._refused(turn, outcome))
             raise _cannot_fit(turn, outcome)
 

@@ -38,7 +38,7 @@ from proxy.core.session import (
     tenant_of_name,
     view,
 )
-from proxy.core.tokens import TokenCounter, text_size
+from proxy.core.tokens import APPROXIMATE, TokenCounter, text_size
 from proxy.core.windows import Window, decide_window, needs_detection, window_in
 from proxy.errors import AuthenticationError, UpstreamError
 from proxy.service.memory import Memory
@@ -99,6 +99,10 @@ class Turn:
     mentions: Mentions = field(default_factory=Mentions)
     """What each message mentions (its names, its facts), found once per message: a cache,
     like `counter`, held for the life of the process."""
+    estimated: bool = False
+    """The count is the approximate counter's (the model has no public tokenizer) and no
+    answer has calibrated it yet: it errs high, by half on Claude Code's head, so it alone
+    refuses nothing (the provider's own overflow error does, and its usage calibrates)."""
     answered: Answered = field(default_factory=lambda: Answered())
     """What the answer told, once it has been read: filled by the forwarder."""
 
@@ -282,13 +286,13 @@ class Turns:
         await count_off_loop(counter, request)
         state, checkpoint = await self._opened(tenant, session, model, hashes, count=count)
         window = await self.window(model, credentials, tenant)
-        calibration = await self._memory.calibration(tenant, model) or 1.0
+        learned = await self._memory.calibration(tenant, model)
         budget = request_budget(
             window.tokens,
             request.body,
             output_reserved=policy.output_reserved,
             margin_share=policy.safety_margin,
-            calibration=calibration,
+            calibration=learned or 1.0,
         )
         return Turn(
             request=request,
@@ -306,6 +310,7 @@ class Turns:
             credentials=credentials,
             digests=digests,
             mentions=self._mentions.for_request(digests),
+            estimated=learned is None and counter.encoder.name == APPROXIMATE,
         )
 
     async def _opened(

@@ -206,13 +206,37 @@ async def test_a_conversation_that_cannot_fit_gets_anthropics_overflow_words(
     settings = make_settings(upstream_url, context={"context_window": 2000})
     app = create_app(settings)
     async with LifespanManager(app), sdk_on(app, api_key="sk-ant-client") as sdk:
+        # An answer's usage calibrates the approximate count first: until then the proxy
+        # refuses nothing on it (next test).
+        await sdk.messages.create(**request(user("hi"), system="Rule. " * 200, max_tokens=500))
+        await app.state.service.settle()
         with pytest.raises(anthropic.BadRequestError) as raised:
             await sdk.messages.create(**request(user("hi"), system="Rule. " * 3000, max_tokens=500))
     error = raised.value.body["error"]  # type: ignore[index]
     assert error["type"] == "invalid_request_error"
     assert error["message"].startswith("prompt is too long: ")
     assert "> 1500 maximum" in error["message"]
-    assert upstream.requests == []
+    assert len(upstream.requests) == 1  # the calibrating one: the refused one never left
+
+
+async def test_an_estimate_no_answer_calibrated_yet_refuses_nothing(
+    upstream_url: str, upstream: MockUpstream
+) -> None:
+    # Claude models have no public tokenizer: the proxy's approximate count errs high (by half
+    # on Claude Code's head). A head it counts over the room, the provider's count under it:
+    # the first request is forwarded and answered, and its usage calibrates the count.
+    settings = make_settings(upstream_url, context={"context_window": 9000})
+    app = create_app(settings)
+    head = " ".join(f"rule{n}: keep the field {n} as written." for n in range(700))
+    async with LifespanManager(app), sdk_on(app, api_key="sk-ant-client") as sdk:
+        counter = app.state.service.counter_for(MODEL)
+        assert counter.text(head) > 9000 - 500  # over the room, by the proxy's estimate
+        first = await sdk.messages.create(**request(user("hi"), system=head, max_tokens=500))
+        await app.state.service.settle()
+        second = await sdk.messages.create(**request(user("hi"), system=head, max_tokens=500))
+    assert first.usage.input_tokens < 9000 - 500  # under it, by the provider's count
+    assert (first.stop_reason, second.stop_reason) == ("end_turn", "end_turn")
+    assert len(upstream.requests) == 2
 
 
 async def test_the_proxys_own_key_goes_upstream_as_x_api_key(
