@@ -150,7 +150,9 @@ class ProxyService:
         if config.compaction_by == "proxy":
             if config.sealer is None:
                 raise ValueError("the proxy answers compaction requests only with a sealer")
-            self._compactions = ClientCompactions(compactor=self._compactor, sealer=config.sealer)
+            self._compactions = ClientCompactions(
+                compactor=self._compactor, sealer=config.sealer, memory=self.memory
+            )
         self._chat = ChatForwarder(
             upstream=upstream,
             memory=self.memory,

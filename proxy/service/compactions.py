@@ -49,10 +49,14 @@ from proxy.core.session import Checkpoint
 from proxy.core.summary import note_digest
 from proxy.errors import InvalidRequestError
 from proxy.service.compactor import Compactor, Condensed
+from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
+TOOL_FIELDS: Final = ("tools", "tool_choice")
+"""What a compaction request takes from its conversation's last request when it carries no
+tools itself (`ClientCompactions._with_tools`)."""
 USERS_SHARE: Final = 0.5
 """The share of the room the compaction target leaves the conversation (after the
 instructions and tools) that the user messages given back verbatim may take: the block
@@ -86,14 +90,17 @@ class ClientCompactions:
         *,
         compactor: Compactor,
         sealer: Sealer,
+        memory: Memory,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._compactor = compactor
         self._sealer = sealer
+        self._memory = memory
         self._clock = clock
 
     async def answer(self, turn: Turn) -> Answered:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
+        turn = await self._with_tools(turn)
         users = _user_items(turn)
         condensed = await self._compactor.condense(turn, to_messages(users))
         item = self._item(turn, users, condensed)
@@ -140,6 +147,22 @@ class ClientCompactions:
             condensed.outcome, sent=outcome.sent, injected=outcome.injected, tried=True
         )
         return Automatic(forwarded, item)
+
+    async def _with_tools(self, turn: Turn) -> Turn:
+        """`turn` offering the tools of its conversation: a `/v1/responses/compact` body has
+        no `tools` (OpenAI's endpoint takes none, and Codex sends none), but the block is
+        forwarded with the conversation's next requests, which offer them. Compacted as if
+        it carried them (those of the session's last request), the block is sized for the
+        room they leave, lists them, and names the recall ids of what it condenses (a
+        request that lets the model call no tool has no recall: `Turn.recall_scope`)."""
+        body = turn.request.body
+        if TOOL_FIELDS[0] in body:
+            return turn
+        last = await self._memory.last_request(turn.tenant, turn.session)
+        if not last or not last.get(TOOL_FIELDS[0]):
+            return turn
+        tools = {field: last[field] for field in TOOL_FIELDS if field in last}
+        return replace(turn, request=replace(turn.request, body={**body, **tools}))
 
     def _item(
         self, turn: Turn, users: list[Any], condensed: Condensed, *, covers_prior: bool = False
