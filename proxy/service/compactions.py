@@ -31,7 +31,7 @@ from typing import Any, Final
 from proxy.adapters.summarizer import SummaryResult
 from proxy.core import jsoncodec
 from proxy.core.capsule import Capsule, CheckpointRef, Sealer
-from proxy.core.compaction_items import block_role, compaction_item, user_items
+from proxy.core.compaction_items import block_message, block_role, compaction_item, user_items
 from proxy.core.compaction_output import ItemFirst, with_item
 from proxy.core.compaction_replies import (
     Usage,
@@ -101,8 +101,8 @@ class ClientCompactions:
     async def answer(self, turn: Turn) -> Answered:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
         turn = await self._with_tools(turn)
-        users = _user_items(turn)
-        condensed = await self._compactor.condense(turn, to_messages(users))
+        condensed = await self._compactor.condense(turn, _kept(turn))
+        users = _user_items(turn, condensed.block)
         item = self._item(turn, users, condensed)
         usage = _usage(condensed.summary)
         created = int(self._clock())
@@ -134,14 +134,14 @@ class ClientCompactions:
         threshold = asked.threshold if asked else None
         if not _due(turn, outcome.tokens_after, threshold):
             return Automatic(outcome)
-        users = _user_items(turn)
         try:
-            condensed = await self._compactor.condense(turn, to_messages(users))
+            condensed = await self._compactor.condense(turn, _kept(turn))
         except InvalidRequestError:
             return Automatic(outcome)  # the provider's to refuse, in its own words
         checkpoint = condensed.outcome.checkpoint
         if condensed.block is None or checkpoint is None or checkpoint.covered < len(turn.body):
             return Automatic(outcome)
+        users = _user_items(turn, condensed.block)
         item = self._item(turn, users, condensed, covers_prior=True)
         forwarded = replace(
             condensed.outcome, sent=outcome.sent, injected=outcome.injected, tried=True
@@ -208,20 +208,32 @@ def _due(turn: Turn, tokens: int, threshold: int | None) -> bool:
     return budget.estimate(tokens) >= threshold
 
 
-def _user_items(turn: Turn) -> list[Any]:
+def _kept(turn: Turn) -> Callable[[str], list[Message]]:
+    """The messages of the user items `turn` keeps beside a block (`_user_items`)."""
+    return lambda block: to_messages(_user_items(turn, block))
+
+
+def _user_items(turn: Turn, block: str | None) -> list[Any]:
     """The user messages of the request's conversation, as the client sent them (a block
     the proxy expanded into a user message is none of them): the latest, and those before
-    it that fit in `USERS_SHARE` of what the compaction target leaves the conversation. The
-    older ones are condensed in the block (its ledger keeps what they state verbatim, the
-    summary the rest): given back whole, a long conversation's user messages alone would
-    fill the window after every compaction."""
+    it that fit in what the compaction target leaves beside the instructions, the tools and
+    `block` (at most `USERS_SHARE` of the room it leaves the conversation when there is no
+    block). The older ones are condensed in the block (its ledger keeps what they state
+    verbatim, the summary the rest): given back whole, a long conversation's user messages
+    alone would fill the window after every compaction, and the next request would land
+    above the target with nothing the proxy may condense but the block."""
     messages = turn.request.messages
     users = (m for m in messages if role(m) == "user" and not _expanded(turn, m))
     items = user_items([item for message in users for item in message.get(ITEMS, [message])])
+    target = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed))
+    if block is None:
+        head = turn.tokens(turn.head)
+        budget = (target - head) * USERS_SHARE
+    else:
+        standing = [*turn.head, block_message(block, block_role(items))]
+        budget = target - turn.tokens(standing)
+    kept = 0
     counter = turn.counter
-    head = counter.messages(turn.head) + counter.tools(turn.tools_body())
-    room = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed)) - head
-    budget, kept = room * USERS_SHARE, 0
     for index in range(len(items) - 1, -1, -1):
         kept += counter.messages(to_messages(items[index : index + 1]))
         if kept > budget and index < len(items) - 1:

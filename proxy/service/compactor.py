@@ -30,6 +30,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
@@ -114,12 +115,15 @@ class Compactor:
         action = hooks.CompactContext(strategy=strategy, force=True)
         return await self._compact(action, turn, unchanged(turn), trigger="manual")
 
-    async def condense(self, turn: Turn, kept: list[Message]) -> Condensed:
+    async def condense(
+        self, turn: Turn, kept: Callable[[str], list[Message]]
+    ) -> Condensed:
         """The client's own compaction (`/v1/responses/compact`, `compaction_trigger`): all
         of the conversation after the instructions condensed into one block by the plan
         (`Situation.whole`), with the summary prepared for it or a fresh one (waited for:
         the client asked for this compaction), frozen as the view the client's compacted
-        history stands for: `kept` (its user messages, which it keeps), then the block.
+        history stands for: `kept(block)` (the user messages the client keeps, chosen once
+        the block's size is known), then the block.
 
         A conversation already condensed as it stands (its checkpoint covers all of it and
         ends with a block) gives that block again. Raises InvalidRequestError for a
@@ -155,7 +159,8 @@ class Compactor:
             return Condensed(outcome, _last_note(outcome.messages, notes))
         block = plan.block
         assert block is not None  # a whole compaction that changed anything wrote its block
-        messages = [*turn.head, *kept, block_message(block, block_role(kept))]
+        users = kept(block)
+        messages = [*turn.head, *users, block_message(block, block_role(users))]
         result = replace(
             plan,
             messages=messages,
