@@ -101,7 +101,7 @@ class ClientCompactions:
     async def answer(self, turn: Turn) -> Answered:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
         turn = await self._with_tools(turn)
-        condensed = await self._compactor.condense(turn, _kept(turn))
+        condensed = await self._compactor.condense(turn, _kept(turn), _latest(turn))
         users = _user_items(turn, condensed.block)
         item = self._item(turn, users, condensed)
         usage = _usage(condensed.summary)
@@ -135,7 +135,7 @@ class ClientCompactions:
         if not _due(turn, outcome.tokens_after, threshold):
             return Automatic(outcome)
         try:
-            condensed = await self._compactor.condense(turn, _kept(turn))
+            condensed = await self._compactor.condense(turn, _kept(turn), _latest(turn))
         except InvalidRequestError:
             return Automatic(outcome)  # the provider's to refuse, in its own words
         checkpoint = condensed.outcome.checkpoint
@@ -208,37 +208,50 @@ def _due(turn: Turn, tokens: int, threshold: int | None) -> bool:
     return budget.estimate(tokens) >= threshold
 
 
+def _users(turn: Turn) -> list[Message]:
+    """The user messages of the request's conversation (a block the proxy expanded into a
+    user message is none of them)."""
+    messages = turn.request.messages
+    return [m for m in messages if role(m) == "user" and not _expanded(turn, m)]
+
+
+def _latest(turn: Turn) -> Message | None:
+    """The latest user message, kept beside the block whatever its size."""
+    users = _users(turn)
+    return users[-1] if users else None
+
+
 def _kept(turn: Turn) -> Callable[[str], list[Message]]:
     """The messages of the user items `turn` keeps beside a block (`_user_items`)."""
     return lambda block: to_messages(_user_items(turn, block))
 
 
 def _user_items(turn: Turn, block: str | None) -> list[Any]:
-    """The user messages of the request's conversation, as the client sent them (a block
-    the proxy expanded into a user message is none of them): the latest, and those before
-    it that fit in what the compaction target leaves beside the instructions, the tools and
-    `block` (at most `USERS_SHARE` of the room it leaves the conversation when there is no
-    block). The older ones are condensed in the block (its ledger keeps what they state
-    verbatim, the summary the rest): given back whole, a long conversation's user messages
-    alone would fill the window after every compaction, and the next request would land
-    above the target with nothing the proxy may condense but the block."""
-    messages = turn.request.messages
-    users = (m for m in messages if role(m) == "user" and not _expanded(turn, m))
-    items = user_items([item for message in users for item in message.get(ITEMS, [message])])
+    """The user messages of the request's conversation as the client sent them: the latest,
+    and those before it that fit in what the compaction target leaves beside the
+    instructions, the tools, `block` and the latest (at most `USERS_SHARE` of the room the
+    target leaves the conversation when there is no block). The older ones are condensed in
+    the block (its ledger keeps what they state verbatim, the summary the rest): given back
+    whole, a long conversation's user messages alone would fill the window after every
+    compaction, and the next requests land above the target with nothing the proxy may
+    condense but the block."""
+    users = _users(turn)
+    if not users:
+        return []
+    latest = user_items(users[-1].get(ITEMS, [users[-1]]))
+    earlier = user_items([item for m in users[:-1] for item in m.get(ITEMS, [m])])
     target = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed))
     if block is None:
-        head = turn.tokens(turn.head)
-        budget = (target - head) * USERS_SHARE
+        room = (target - turn.tokens(turn.head)) * USERS_SHARE
     else:
-        standing = [*turn.head, block_message(block, block_role(items))]
-        budget = target - turn.tokens(standing)
-    kept = 0
+        room = target - turn.tokens([*turn.head, block_message(block, "assistant")])
     counter = turn.counter
-    for index in range(len(items) - 1, -1, -1):
-        kept += counter.messages(to_messages(items[index : index + 1]))
-        if kept > budget and index < len(items) - 1:
-            return items[index + 1 :]
-    return items
+    used = counter.messages(to_messages(latest))
+    for index in range(len(earlier) - 1, -1, -1):
+        used += counter.messages(to_messages(earlier[index : index + 1]))
+        if used > room:
+            return [*earlier[index + 1 :], *latest]
+    return [*earlier, *latest]
 
 
 def _expanded(turn: Turn, message: Message) -> bool:

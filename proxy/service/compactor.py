@@ -116,7 +116,7 @@ class Compactor:
         return await self._compact(action, turn, unchanged(turn), trigger="manual")
 
     async def condense(
-        self, turn: Turn, kept: Callable[[str], list[Message]]
+        self, turn: Turn, kept: Callable[[str], list[Message]], aside: Message | None = None
     ) -> Condensed:
         """The client's own compaction (`/v1/responses/compact`, `compaction_trigger`): all
         of the conversation after the instructions condensed into one block by the plan
@@ -124,6 +124,10 @@ class Compactor:
         the client asked for this compaction), frozen as the view the client's compacted
         history stands for: `kept(block)` (the user messages the client keeps, chosen once
         the block's size is known), then the block.
+
+        `aside`, the latest user message, is kept whatever the block's size: the block's
+        ledger does not repeat what stands beside it verbatim, and the block gives way to it
+        as to a running turn (`Situation.beside`).
 
         A conversation already condensed as it stands (its checkpoint covers all of it and
         ends with a block) gives that block again. Raises InvalidRequestError for a
@@ -143,6 +147,7 @@ class Compactor:
             notes=notes,
             recall=turn.recall_scope,
             whole=True,
+            beside=aside,
         )
         plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         summary, used = None, False

@@ -103,7 +103,9 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
     assert item["type"] == "compaction"
     capsule = SEALER.open(item["encrypted_content"])
     assert capsule.block is not None
-    assert "- Next, part 4; keep the tests in tests/rust3." in capsule.block  # the ledger
+    assert "- Next, part 3; keep the tests in tests/rust2." in capsule.block  # the ledger
+    # The latest user message stands beside the block, verbatim: the ledger need not repeat it.
+    assert "part 4" not in capsule.block
     assert "src/part3.py" in capsule.block  # the artifact trail
     assert capsule.role == "assistant"
     assert capsule.session == "s1"
@@ -193,7 +195,7 @@ async def test_a_summary_that_fails_truncates_and_is_written_afterwards() -> Non
         block = SEALER.open(answer["output"][-1]["encrypted_content"]).block or ""
         assert block.startswith("[")
         assert "earlier messages omitted]" in block
-        assert "- Next, part 4; keep the tests in tests/rust3." in block  # the ledger holds
+        assert "- Next, part 3; keep the tests in tests/rust2." in block  # the ledger holds
         assert answer["usage"]["total_tokens"] == 0
         # What it truncated is summarized in the background, and folded into the next one.
         await proxy.service.settle()
@@ -203,8 +205,9 @@ async def test_a_summary_that_fails_truncates_and_is_written_afterwards() -> Non
         folded = json.dumps(proxy.mock.summary_requests[-1].json())
         assert "CLI done." in folded
         block = SEALER.open(again["output"][-1]["encrypted_content"]).block or ""
-        assert "- Then the CLI." in block
-        assert "- Next, part 4; keep the tests in tests/rust3." in block  # carried on
+        assert "Then the CLI." not in block  # beside it
+        assert "- Next, part 3; keep the tests in tests/rust2." in block  # carried on
+        assert "- Next, part 4; keep the tests in tests/rust3." in block  # no longer the latest
 
 
 async def test_with_the_summarizer_resting_it_truncates_at_once() -> None:
@@ -255,7 +258,8 @@ async def test_a_compacted_history_compacts_again_folding_its_block(proxy: Runni
     # It stands for the 8 messages the first one did, and the 4 since (user messages too).
     assert block.startswith("[Earlier turns of this conversation were condensed: 12 messages")
     assert "- Next, part 2; keep the tests in tests/rust1." in block  # the old ledger
-    assert "- Now the benchmarks, in bench/." in block
+    # The latest user message stands beside the block, verbatim: the ledger does not repeat it.
+    assert "Now the benchmarks" not in block
     assert "Benchmarked." not in users
 
 
