@@ -442,7 +442,8 @@ def _within(
     """`message` with its text cut from the middle to about `max_tokens` of its `tokens`
     (by its share of the characters, a tenth kept back), saying so where the cut is."""
     body = text(message)
-    cut = f"\n\n[... {tokens - max_tokens} or more tokens cut from the middle for the summary ...]\n\n"
+    cut = f"\n\n[... {tokens - max_tokens} or more tokens cut from the middle for the summary"
+    cut += " ...]\n\n"
     room = max(max_tokens * 9 // 10 - count({**message, "content": cut}), 0)
     keep = len(body) * room // tokens
     head = keep * 2 // 3

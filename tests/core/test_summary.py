@@ -153,7 +153,8 @@ def test_a_message_over_a_part_is_cut_to_its_head_and_tail() -> None:
     parts = split_span(span, max_tokens=100, count=lambda m: len(str(m["content"]).split()))
     assert [len(part) for part in parts] == [1, 2]  # cut, it leaves room for the next
     cut = str(parts[1][0]["content"])
-    assert cut.startswith("w000 w001 ") and cut.endswith(" w398 w399")
+    assert cut.startswith("w000 w001 ")
+    assert cut.endswith(" w398 w399")
     assert "tokens cut from the middle for the summary" in cut
     assert len(cut.split()) <= 100
     assert parts[1][0]["role"] == "user"
