@@ -860,7 +860,7 @@ def _land(work: _Work) -> None:
     """Bring `work` to its target by the fixed order of reductions, each only while it is
     still above, as far as that is possible."""
     steps = (_clear_rest, _truncate_rest, _release_task, _trim_recent, _fit_block)
-    for step in (*steps, _release_running, _fit_block, _cap_recent, _shed_block):
+    for step in (*steps, _release_running, _fit_block, _cap_recent, _shed_block, _fit_earlier):
         if work.done():
             return
         step(work)
@@ -924,10 +924,33 @@ def _fit_block(work: _Work, *, shed: bool = False) -> None:
     ledger's chatter, each part in proportion to its size, only as far as the target still
     needs, and only when that reaches it (`shed`: the trail's ids and the ledger's
     specifics and task too, see `_shed_block`)."""
-    block = work.block
+    fitted = _fit_note(work, work.block, shed=shed)
+    if fitted is not None:
+        work.note, work.block = fitted
+
+
+def _fit_earlier(work: _Work) -> None:
+    """Last of all, the newest note of an earlier compaction shortened as `_fit_block`
+    shortens this one's (shed too, with recall), when that alone reaches the target: one
+    that stands inside the running turn (a client's compaction block, which the client
+    keeps after its latest user message) or alone before it cannot be evicted, and the turn
+    grows by a round a request."""
+    notes = (
+        work.note_of(m) or next(iter(work.detach_notes(m)[1][-1:]), None) for m in work.messages
+    )
+    earlier = [note for note in notes if note is not None and note != work.block]
+    if not earlier:
+        return
+    if _fit_note(work, earlier[-1]) is None and work.situation.recall is not None:
+        _fit_note(work, earlier[-1], shed=True)
+
+
+def _fit_note(work: _Work, block: str | None, *, shed: bool = False) -> tuple[str, str] | None:
+    """`_fit_block` of `block`: its shortened text (ledger and trail apart) and whole, once
+    it stands in the conversation in place of `block`; None when it stayed as it was."""
     found = _block_index(work, block)
     if block is None or found is None:
-        return
+        return None
     count = work.counter
     excess = work.total() - work.target
 
@@ -942,7 +965,7 @@ def _fit_block(work: _Work, *, shed: bool = False) -> None:
     # target (it still fits), and nothing the block carries is lost for no gain.
     barest = fitted_to(work.total())
     if barest[3] > 0:
-        return
+        return None
     for _ in range(_CUT_ATTEMPTS):
         note, fitted, messages, over = fitted_to(excess)
         # Each part's saving is counted apart; the message as a whole can count a little
@@ -954,8 +977,8 @@ def _fit_block(work: _Work, *, shed: bool = False) -> None:
     else:
         note, fitted, messages, _ = barest
     work.notes.add(note_digest(fitted))
-    work.note, work.block = note, fitted
     work.update(messages, "fit_block")
+    return note, fitted
 
 
 def _fitted(
@@ -1237,7 +1260,7 @@ class _Eviction:
         "$700" in the ledger): merged after them, it would replace the newer value."""
         work = self.work
         each = work.mentions.statements
-        evicted = self.evicted
+        evicted = list(self.evicted)
         if work.situation.beside is not None:
             evicted = [m for m in evicted if not work.stands_beside(work.detach_notes(m)[0])]
         said = ledger.statements_of(evicted, task=self.task, each=each)

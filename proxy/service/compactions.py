@@ -102,7 +102,7 @@ class ClientCompactions:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
         turn = await self._with_tools(turn)
         condensed = await self._compactor.condense(turn, _kept(turn), _latest(turn))
-        users = _user_items(turn, condensed.block)
+        users = _user_items(turn, condensed.block, task=condensed.task)
         item = self._item(turn, users, condensed)
         usage = _usage(condensed.summary)
         created = int(self._clock())
@@ -141,7 +141,7 @@ class ClientCompactions:
         checkpoint = condensed.outcome.checkpoint
         if condensed.block is None or checkpoint is None or checkpoint.covered < len(turn.body):
             return Automatic(outcome)
-        users = _user_items(turn, condensed.block)
+        users = _user_items(turn, condensed.block, task=condensed.task)
         item = self._item(turn, users, condensed, covers_prior=True)
         forwarded = replace(
             condensed.outcome, sent=outcome.sent, injected=outcome.injected, tried=True
@@ -161,7 +161,7 @@ class ClientCompactions:
         last = await self._memory.last_request(turn.tenant, turn.session)
         if not last or not last.get(TOOL_FIELDS[0]):
             return turn
-        tools = {field: last[field] for field in TOOL_FIELDS if field in last}
+        tools: dict[str, Any] = {field: last[field] for field in TOOL_FIELDS if field in last}
         return replace(turn, request=replace(turn.request, body={**body, **tools}))
 
     def _item(
@@ -221,37 +221,45 @@ def _latest(turn: Turn) -> Message | None:
     return users[-1] if users else None
 
 
-def _kept(turn: Turn) -> Callable[[str], list[Message]]:
+def _kept(turn: Turn) -> Callable[[str, bool], list[Message]]:
     """The messages of the user items `turn` keeps beside a block (`_user_items`)."""
-    return lambda block: to_messages(_user_items(turn, block))
+    return lambda block, task: to_messages(_user_items(turn, block, task=task))
 
 
-def _user_items(turn: Turn, block: str | None) -> list[Any]:
-    """The user messages of the request's conversation as the client sent them: the latest,
-    and those before it that fit in what the compaction target leaves beside the
-    instructions, the tools, `block` and the latest (at most `USERS_SHARE` of the room the
-    target leaves the conversation when there is no block). The older ones are condensed in
-    the block (its ledger keeps what they state verbatim, the summary the rest): given back
-    whole, a long conversation's user messages alone would fill the window after every
-    compaction, and the next requests land above the target with nothing the proxy may
-    condense but the block."""
+def _user_items(turn: Turn, block: str | None, *, task: bool = False) -> list[Any]:
+    """The user messages of the request's conversation as the client sent them: the latest
+    (and the first, when the plan kept it in place as the `task`), and those between that
+    fit in what the compaction target leaves beside the instructions, the tools, `block`
+    and those (at most `USERS_SHARE` of the room the target leaves the conversation when
+    there is no block). The others are condensed in the block (its ledger keeps what they
+    state verbatim, the summary the rest): given back whole, a long conversation's user
+    messages alone would fill the window after every compaction, and the next requests
+    land above the target with nothing the proxy may condense but the block."""
     users = _users(turn)
     if not users:
         return []
-    latest = user_items(users[-1].get(ITEMS, [users[-1]]))
-    earlier = user_items([item for m in users[:-1] for item in m.get(ITEMS, [m])])
+    first = _items(users[0]) if task and len(users) > 1 else []
+    latest = _items(users[-1])
+    between = [item for m in users[1 if first else 0 : -1] for item in _items(m)]
     target = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed))
     if block is None:
         room = (target - turn.tokens(turn.head)) * USERS_SHARE
     else:
         room = target - turn.tokens([*turn.head, block_message(block, "assistant")])
     counter = turn.counter
-    used = counter.messages(to_messages(latest))
-    for index in range(len(earlier) - 1, -1, -1):
-        used += counter.messages(to_messages(earlier[index : index + 1]))
+    used = counter.messages(to_messages([*first, *latest]))
+    chosen = between
+    for index in range(len(between) - 1, -1, -1):
+        used += counter.messages(to_messages(between[index : index + 1]))
         if used > room:
-            return [*earlier[index + 1 :], *latest]
-    return [*earlier, *latest]
+            chosen = between[index + 1 :]
+            break
+    return [*first, *chosen, *latest]
+
+
+def _items(message: Message) -> list[Any]:
+    """The user items a user message of the chat view stands for."""
+    return user_items(message.get(ITEMS, [message]))
 
 
 def _expanded(turn: Turn, message: Message) -> bool:

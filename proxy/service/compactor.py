@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
 from proxy.core.compaction_items import block_message, block_role
-from proxy.core.messages import Message, text, tool_calls
+from proxy.core.messages import Message, role, text, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.policy import Strategy
 from proxy.core.prepared import covered, note_key
@@ -69,6 +69,9 @@ class Condensed:
     """The compaction block (None: there was nothing but the user's messages to condense)."""
     summary: SummaryResult | None = None
     """The summary written for it now (None: a prepared one, or none)."""
+    task: bool = False
+    """Whether the plan kept the conversation's first user message in place, as its task:
+    the client keeps it too (the block does not carry it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +119,18 @@ class Compactor:
         return await self._compact(action, turn, unchanged(turn), trigger="manual")
 
     async def condense(
-        self, turn: Turn, kept: Callable[[str], list[Message]], aside: Message | None = None
+        self,
+        turn: Turn,
+        kept: Callable[[str, bool], list[Message]],
+        aside: Message | None = None,
     ) -> Condensed:
         """The client's own compaction (`/v1/responses/compact`, `compaction_trigger`): all
         of the conversation after the instructions condensed into one block by the plan
         (`Situation.whole`), with the summary prepared for it or a fresh one (waited for:
         the client asked for this compaction), frozen as the view the client's compacted
-        history stands for: `kept(block)` (the user messages the client keeps, chosen once
-        the block's size is known), then the block.
+        history stands for: `kept(block, task)` (the user messages the client keeps, chosen
+        once the block's size is known, the first among them when the plan kept it in place
+        as the task), then the block.
 
         `aside`, the latest user message, is kept whatever the block's size: the block's
         ledger does not repeat what stands beside it verbatim, and the block gives way to it
@@ -164,7 +171,9 @@ class Compactor:
             return Condensed(outcome, _last_note(outcome.messages, notes))
         block = plan.block
         assert block is not None  # a whole compaction that changed anything wrote its block
-        users = kept(block)
+        # The task the plan pinned stays (the plan landed with it): the client keeps it.
+        task = any(role(m) == "user" and block not in text(m) for m in plan.messages)
+        users = kept(block, task)
         messages = [*turn.head, *users, block_message(block, block_role(users))]
         result = replace(
             plan,
@@ -177,7 +186,7 @@ class Compactor:
             # As any compaction: what it truncated is summarized for the next one.
             self.preparer.settled(turn, used=used)
             self.preparer.fold(turn, result)
-        return Condensed(frozen.outcome, block, summary)
+        return Condensed(frozen.outcome, block, summary, task)
 
     async def _summarized(
         self, need: NeedsSummary, turn: Turn
