@@ -221,14 +221,14 @@ def _latest(turn: Turn) -> Message | None:
     return users[-1] if users else None
 
 
-def _kept(turn: Turn) -> Callable[[str, bool], list[Message]]:
+def _kept(turn: Turn) -> Callable[[str, Message | None], list[Message]]:
     """The messages of the user items `turn` keeps beside a block (`_user_items`)."""
     return lambda block, task: to_messages(_user_items(turn, block, task=task))
 
 
-def _user_items(turn: Turn, block: str | None, *, task: bool = False) -> list[Any]:
+def _user_items(turn: Turn, block: str | None, *, task: Message | None = None) -> list[Any]:
     """The user messages of the request's conversation as the client sent them: the latest
-    (and the first, when the plan kept it in place as the `task`), and those between that
+    (and the one the plan kept in place as the `task`), and those between that
     fit in what the compaction target leaves beside the instructions, the tools, `block`
     and those (at most `USERS_SHARE` of the room the target leaves the conversation when
     there is no block). The others are condensed in the block (its ledger keeps what they
@@ -238,9 +238,11 @@ def _user_items(turn: Turn, block: str | None, *, task: bool = False) -> list[An
     users = _users(turn)
     if not users:
         return []
-    first = _items(users[0]) if task and len(users) > 1 else []
+    # The task stands first in the view: the users before it are in the notes it follows.
+    at = next((i for i, m in enumerate(users[:-1]) if m == task), None)
+    first = [] if at is None else _items(users[at])
     latest = _items(users[-1])
-    between = [item for m in users[1 if first else 0 : -1] for item in _items(m)]
+    between = [item for m in users[0 if at is None else at + 1 : -1] for item in _items(m)]
     target = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed))
     if block is None:
         room = (target - turn.tokens(turn.head)) * USERS_SHARE

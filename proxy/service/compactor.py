@@ -69,8 +69,8 @@ class Condensed:
     """The compaction block (None: there was nothing but the user's messages to condense)."""
     summary: SummaryResult | None = None
     """The summary written for it now (None: a prepared one, or none)."""
-    task: bool = False
-    """Whether the plan kept the conversation's first user message in place, as its task:
+    task: Message | None = None
+    """The user message the plan kept in place as the task (the view's first), if it did:
     the client keeps it too (the block does not carry it)."""
 
 
@@ -121,7 +121,7 @@ class Compactor:
     async def condense(
         self,
         turn: Turn,
-        kept: Callable[[str, bool], list[Message]],
+        kept: Callable[[str, Message | None], list[Message]],
         aside: Message | None = None,
     ) -> Condensed:
         """The client's own compaction (`/v1/responses/compact`, `compaction_trigger`): all
@@ -172,7 +172,7 @@ class Compactor:
         block = plan.block
         assert block is not None  # a whole compaction that changed anything wrote its block
         # The task the plan pinned stays (the plan landed with it): the client keeps it.
-        task = any(role(m) == "user" and block not in text(m) for m in plan.messages)
+        task = next((m for m in plan.messages if role(m) == "user" and block not in text(m)), None)
         users = kept(block, task)
         messages = [*turn.head, *users, block_message(block, block_role(users))]
         result = replace(
