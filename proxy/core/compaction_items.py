@@ -28,7 +28,7 @@ fails is refused with a 400 naming it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,6 +45,13 @@ CREATOR: Final = "compaction-proxy"
 """The `created_by` of the proxy's compaction items."""
 INVALID_CONTENT: Final = "invalid_encrypted_content"
 """The error code of an item whose seal fails."""
+BLOCK_ROLE: Final = "user"
+"""The role of the block's message, after the user messages the client keeps (as Codex's
+own compaction gives its summary). On the assistant's side, the model's answer to the next
+request would join the block's item in one chat message (`proxy.core.responses.to_messages`
+groups an assistant turn's items), whose text is then no longer the block: later compactions
+would take it for the model's words and lose its ledger. The first message after the
+instructions is the user's too, for strict templates."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +104,6 @@ def _is_user_message(item: object) -> bool:
         and item.get("type", "message") == "message"
         and item.get("role") == "user"
     )
-
-
-def block_role(users: Sequence[Any]) -> str:
-    """The role the block's message takes after `users`: the assistant's side after a user
-    message (as the proxy's note between two user turns), the user's when none precedes it
-    (the first message after the instructions is the user's, for strict templates)."""
-    return "assistant" if users else "user"
 
 
 def block_message(block: str, role: str) -> Message:

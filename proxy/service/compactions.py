@@ -31,7 +31,7 @@ from typing import Any, Final
 from proxy.adapters.summarizer import SummaryResult
 from proxy.core import jsoncodec
 from proxy.core.capsule import Capsule, CheckpointRef, Sealer
-from proxy.core.compaction_items import block_message, block_role, compaction_item, user_items
+from proxy.core.compaction_items import BLOCK_ROLE, block_message, compaction_item, user_items
 from proxy.core.compaction_output import ItemFirst, with_item
 from proxy.core.compaction_replies import (
     Usage,
@@ -101,9 +101,13 @@ class ClientCompactions:
     async def answer(self, turn: Turn) -> Answered:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
         turn = await self._with_tools(turn)
-        condensed = await self._compactor.condense(turn, _kept(turn), _latest(turn))
+        # The latest user message stands beside the block where the answer gives it back
+        # (`/compact`): the ledger need not repeat it. A triggered item goes back alone.
+        compact = turn.request.compaction is Compaction.COMPACT
+        aside = _latest(turn) if compact else None
+        condensed = await self._compactor.condense(turn, _kept(turn), aside)
         users = _user_items(turn, condensed.block, task=condensed.task)
-        item = self._item(turn, users, condensed)
+        item = self._item(turn, condensed)
         usage = _usage(condensed.summary)
         created = int(self._clock())
         ident = response_id()
@@ -111,7 +115,7 @@ class ClientCompactions:
         if turn.session is not None:
             headers.append(("x-session-id", turn.session))
         request = turn.request
-        if request.compaction is Compaction.COMPACT:
+        if compact:
             body = compacted_response(ident, created, [*users, item], usage)
             reply = Reply(200, [_JSON, *headers], jsoncodec.dumps(body))
         else:
@@ -135,14 +139,15 @@ class ClientCompactions:
         if not _due(turn, outcome.tokens_after, threshold):
             return Automatic(outcome)
         try:
-            condensed = await self._compactor.condense(turn, _kept(turn), _latest(turn))
+            # The block keeps the latest user message's words too: its item stands for all
+            # that precedes it, which the client may drop (OpenAI's contract).
+            condensed = await self._compactor.condense(turn, _kept(turn))
         except InvalidRequestError:
             return Automatic(outcome)  # the provider's to refuse, in its own words
         checkpoint = condensed.outcome.checkpoint
         if condensed.block is None or checkpoint is None or checkpoint.covered < len(turn.body):
             return Automatic(outcome)
-        users = _user_items(turn, condensed.block, task=condensed.task)
-        item = self._item(turn, users, condensed, covers_prior=True)
+        item = self._item(turn, condensed, covers_prior=True)
         forwarded = replace(
             condensed.outcome, sent=outcome.sent, injected=outcome.injected, tried=True
         )
@@ -165,14 +170,15 @@ class ClientCompactions:
         return replace(turn, request=replace(turn.request, body={**body, **tools}))
 
     def _item(
-        self, turn: Turn, users: list[Any], condensed: Condensed, *, covers_prior: bool = False
+        self, turn: Turn, condensed: Condensed, *, covers_prior: bool = False
     ) -> dict[str, Any]:
-        """The sealed item of `condensed`, the block's message after `users`."""
+        """The sealed item of `condensed`: its block, as the message after the user's."""
         # The checkpoint of the conversation's prefix: this compaction's, or the one another
         # request stored first for the same prefix.
         checkpoint = _ref(condensed.outcome.checkpoint)
-        role = block_role(users)
-        capsule = Capsule(condensed.block, role, turn.session, checkpoint, turn.model, covers_prior)
+        capsule = Capsule(
+            condensed.block, BLOCK_ROLE, turn.session, checkpoint, turn.model, covers_prior
+        )
         return compaction_item(self._sealer.seal(capsule))
 
 

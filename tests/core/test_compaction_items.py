@@ -17,8 +17,8 @@ from proxy.core.compaction_items import (
     INVALID_CONTENT,
     Automatic,
     automatic,
+    BLOCK_ROLE,
     block_item,
-    block_role,
     compaction_item,
     expand,
     trigger_at_end,
@@ -26,6 +26,7 @@ from proxy.core.compaction_items import (
     without_management,
     without_trigger,
 )
+from proxy.core.messages import text
 from proxy.core.responses import to_items, to_messages
 from proxy.core.summary import note_digest
 from proxy.errors import InvalidRequestError
@@ -94,9 +95,18 @@ def test_the_user_messages_come_back_as_the_client_sent_them() -> None:
     assert user_items([{"role": "developer", "content": "x"}, "stray"]) == []
 
 
-def test_the_block_takes_the_assistants_side_after_a_user_message() -> None:
-    assert block_role([user()]) == "assistant"
-    assert block_role([]) == "user"
+def test_the_block_stays_a_message_of_its_own_when_the_model_answers_after_it() -> None:
+    # The client's history after its compaction: its user messages, the item, then the
+    # model's answer to the next request. On the user's side the block is never grouped with
+    # that answer into one chat message: later compactions must find it whole, as a note.
+    given = [user("Port the parser."), ours(role=BLOCK_ROLE), answer("Ported.")]
+    messages = to_messages(expand({"input": given}, SEALER).body["input"])
+    assert BLOCK_ROLE == "user"
+    assert [m["role"] for m in messages] == ["user", "user", "assistant"]
+    assert text(messages[1]) == BLOCK
+    # On the assistant's side (an item sealed before), it would have joined the answer.
+    joined = to_messages(expand({"input": [user(), ours(), answer()]}, SEALER).body["input"])
+    assert len(joined) == 2
 
 
 def test_the_block_item_is_what_the_checkpoint_view_holds() -> None:

@@ -107,7 +107,7 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
     # The latest user message stands beside the block, verbatim: the ledger need not repeat it.
     assert "part 4" not in capsule.block
     assert "src/part3.py" in capsule.block  # the artifact trail
-    assert capsule.role == "assistant"
+    assert capsule.role == "user"
     assert capsule.session == "s1"
     assert capsule.checkpoint is not None
     assert capsule.checkpoint.covered == len(items)
@@ -124,7 +124,7 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
 async def test_the_next_requests_carry_the_block_as_a_stable_prefix(proxy: Running) -> None:
     _, answer = await compacted(proxy, history())
     kept = answer["output"]
-    block = block_item(SEALER.open(kept[-1]["encrypted_content"]).block or "", "assistant")
+    block = block_item(SEALER.open(kept[-1]["encrypted_content"]).block or "", "user")
     first = [*kept, user("And the docs?")]
     second = [*first, said("Docs done."), user("Thanks.")]
     for items in (first, second):
@@ -369,7 +369,8 @@ async def test_an_item_expands_even_where_nothing_is_compacted(proxy: Running) -
     off = (("x-compaction", "off"),)
     await read(await proxy.ask(body(answer["output"]), path="responses", headers=off))
     (sent,) = forwarded(proxy.mock)
-    assert sent[-1]["role"] == "assistant"
+    assert sent[-1]["role"] == "user"
+    assert sent[-1]["content"][0]["text"].startswith("[Earlier turns")
     assert "compaction" not in [i.get("type") for i in sent]
 
 
