@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from proxy.core import jsoncodec
 from proxy.core.capsule import Capsule, Sealer
 from proxy.core.compaction_items import (
+    BLOCK_ROLE,
     CREATOR,
     INVALID_CONTENT,
     Automatic,
     automatic,
-    BLOCK_ROLE,
     block_item,
     compaction_item,
     expand,
