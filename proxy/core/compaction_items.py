@@ -28,7 +28,7 @@ fails is refused with a 400 naming it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,13 +45,6 @@ CREATOR: Final = "compaction-proxy"
 """The `created_by` of the proxy's compaction items."""
 INVALID_CONTENT: Final = "invalid_encrypted_content"
 """The error code of an item whose seal fails."""
-BLOCK_ROLE: Final = "user"
-"""The role of the block's message, after the user messages the client keeps (as Codex's
-own compaction gives its summary). On the assistant's side, the model's answer to the next
-request would join the block's item in one chat message (`proxy.core.responses.to_messages`
-groups an assistant turn's items), whose text is then no longer the block: later compactions
-would take it for the model's words and lose its ledger. The first message after the
-instructions is the user's too, for strict templates."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +58,9 @@ class Expansion:
     such by later compactions (their ledger and trail carried on), never as the client's."""
     session: str | None = None
     """The session the first expanded item belongs to."""
+    blocks: tuple[Any, ...] = ()
+    """The block items in `body`'s `input` (`proxy.core.responses.to_messages` keeps each a
+    message of its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +100,13 @@ def _is_user_message(item: object) -> bool:
         and item.get("type", "message") == "message"
         and item.get("role") == "user"
     )
+
+
+def block_role(users: Sequence[Any]) -> str:
+    """The role the block's message takes after `users`: the assistant's side after a user
+    message (as the proxy's note between two user turns), the user's when none precedes it
+    (the first message after the instructions is the user's, for strict templates)."""
+    return "assistant" if users else "user"
 
 
 def block_message(block: str, role: str) -> Message:
@@ -150,6 +153,7 @@ def expand(body: Mapping[str, Any], sealer: Sealer | None) -> Expansion:
     capsules = {index: _opened(sealer, given[index]["encrypted_content"], index) for index in ours}
     latest = max((i for i, capsule in capsules.items() if capsule.covers_prior), default=0)
     items: list[Any] = []
+    blocks: list[Any] = []
     leading = True
     for index, item in enumerate(given):
         leading = leading and _is_instruction(item)
@@ -161,9 +165,10 @@ def expand(body: Mapping[str, Any], sealer: Sealer | None) -> Expansion:
         elif capsule.block is not None:
             role = capsule.role if any(_is_user_message(i) for i in items) else "user"
             items.append(block_item(capsule.block, role))
+            blocks.append(items[-1])
     used = [capsules[index] for index in ours if index >= latest]
     notes = frozenset(note_digest(c.block) for c in used if c.block is not None)
-    return Expansion({**body, "input": items}, notes, used[0].session)
+    return Expansion({**body, "input": items}, notes, used[0].session, tuple(blocks))
 
 
 def automatic(body: Mapping[str, Any]) -> Automatic | None:

@@ -31,7 +31,7 @@ from typing import Any, Final
 from proxy.adapters.summarizer import SummaryResult
 from proxy.core import jsoncodec
 from proxy.core.capsule import Capsule, CheckpointRef, Sealer
-from proxy.core.compaction_items import BLOCK_ROLE, block_message, compaction_item, user_items
+from proxy.core.compaction_items import block_message, block_role, compaction_item, user_items
 from proxy.core.compaction_output import ItemFirst, with_item
 from proxy.core.compaction_replies import (
     Usage,
@@ -107,7 +107,7 @@ class ClientCompactions:
         aside = _latest(turn) if compact else None
         condensed = await self._compactor.condense(turn, _kept(turn), aside)
         users = _user_items(turn, condensed.block, task=condensed.task)
-        item = self._item(turn, condensed)
+        item = self._item(turn, users, condensed)
         usage = _usage(condensed.summary)
         created = int(self._clock())
         ident = response_id()
@@ -147,7 +147,8 @@ class ClientCompactions:
         checkpoint = condensed.outcome.checkpoint
         if condensed.block is None or checkpoint is None or checkpoint.covered < len(turn.body):
             return Automatic(outcome)
-        item = self._item(turn, condensed, covers_prior=True)
+        users = _user_items(turn, condensed.block, task=condensed.task)
+        item = self._item(turn, users, condensed, covers_prior=True)
         forwarded = replace(
             condensed.outcome, sent=outcome.sent, injected=outcome.injected, tried=True
         )
@@ -170,14 +171,19 @@ class ClientCompactions:
         return replace(turn, request=replace(turn.request, body={**body, **tools}))
 
     def _item(
-        self, turn: Turn, condensed: Condensed, *, covers_prior: bool = False
+        self, turn: Turn, users: list[Any], condensed: Condensed, *, covers_prior: bool = False
     ) -> dict[str, Any]:
-        """The sealed item of `condensed`: its block, as the message after the user's."""
+        """The sealed item of `condensed`, the block's message after `users`."""
         # The checkpoint of the conversation's prefix: this compaction's, or the one another
         # request stored first for the same prefix.
         checkpoint = _ref(condensed.outcome.checkpoint)
         capsule = Capsule(
-            condensed.block, BLOCK_ROLE, turn.session, checkpoint, turn.model, covers_prior
+            condensed.block,
+            block_role(users),
+            turn.session,
+            checkpoint,
+            turn.model,
+            covers_prior,
         )
         return compaction_item(self._sealer.seal(capsule))
 

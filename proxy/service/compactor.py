@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
-from proxy.core.compaction_items import BLOCK_ROLE, block_message
+from proxy.core.compaction_items import block_message, block_role
 from proxy.core.messages import Message, role, text, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.policy import Strategy
@@ -174,7 +174,7 @@ class Compactor:
         # The task the plan pinned stays (the plan landed with it): the client keeps it.
         task = next((m for m in plan.messages if role(m) == "user" and block not in text(m)), None)
         users = kept(block, task)
-        messages = [*turn.head, *users, block_message(block, BLOCK_ROLE)]
+        messages = [*turn.head, *users, block_message(block, block_role(users))]
         result = replace(
             plan,
             messages=messages,

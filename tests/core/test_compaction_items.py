@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from proxy.core import jsoncodec
 from proxy.core.capsule import Capsule, Sealer
 from proxy.core.compaction_items import (
-    BLOCK_ROLE,
     CREATOR,
     INVALID_CONTENT,
     Automatic,
     automatic,
     block_item,
+    block_role,
     compaction_item,
     expand,
     trigger_at_end,
@@ -97,16 +97,23 @@ def test_the_user_messages_come_back_as_the_client_sent_them() -> None:
 
 def test_the_block_stays_a_message_of_its_own_when_the_model_answers_after_it() -> None:
     # The client's history after its compaction: its user messages, the item, then the
-    # model's answer to the next request. On the user's side the block is never grouped with
-    # that answer into one chat message: later compactions must find it whole, as a note.
-    given = [user("Port the parser."), ours(role=BLOCK_ROLE), answer("Ported.")]
-    messages = to_messages(expand({"input": given}, SEALER).body["input"])
-    assert BLOCK_ROLE == "user"
-    assert [m["role"] for m in messages] == ["user", "user", "assistant"]
-    assert text(messages[1]) == BLOCK
-    # On the assistant's side (an item sealed before), it would have joined the answer.
-    joined = to_messages(expand({"input": [user(), ours(), answer()]}, SEALER).body["input"])
-    assert len(joined) == 2
+    # model's answer (a reasoning item, a call). The block is never grouped with what follows
+    # it into one chat message: later compactions must find it whole, as the note it is.
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    reasoning = {"type": "reasoning", "summary": []}
+    for after in ([answer("Ported.")], [reasoning, call]):
+        expansion = expand({"input": [user("Port the parser."), ours(), *after]}, SEALER)
+        alone = {id(block) for block in expansion.blocks}
+        messages = to_messages(expansion.body["input"], alone=alone)
+        assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
+        assert note_digest(text(messages[1])) in expansion.notes
+        # Read without it, the answer joins the block (the items of one assistant turn).
+        assert len(to_messages(expansion.body["input"])) == 2
+
+
+def test_the_block_takes_the_assistants_side_after_a_user_message() -> None:
+    assert block_role([user()]) == "assistant"
+    assert block_role([]) == "user"
 
 
 def test_the_block_item_is_what_the_checkpoint_view_holds() -> None:

@@ -107,7 +107,7 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
     # The latest user message stands beside the block, verbatim: the ledger need not repeat it.
     assert "part 4" not in capsule.block
     assert "src/part3.py" in capsule.block  # the artifact trail
-    assert capsule.role == "user"
+    assert capsule.role == "assistant"
     assert capsule.session == "s1"
     assert capsule.checkpoint is not None
     assert capsule.checkpoint.covered == len(items)
@@ -124,7 +124,7 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
 async def test_the_next_requests_carry_the_block_as_a_stable_prefix(proxy: Running) -> None:
     _, answer = await compacted(proxy, history())
     kept = answer["output"]
-    block = block_item(SEALER.open(kept[-1]["encrypted_content"]).block or "", "user")
+    block = block_item(SEALER.open(kept[-1]["encrypted_content"]).block or "", "assistant")
     first = [*kept, user("And the docs?")]
     second = [*first, said("Docs done."), user("Thanks.")]
     for items in (first, second):
@@ -282,6 +282,26 @@ async def test_what_the_block_removed_can_be_recalled_in_its_session(proxy: Runn
     assert "v3.2.0" in json.dumps(recalled)  # the file read the summary condensed
 
 
+async def test_a_compaction_without_tools_is_made_with_those_of_its_conversation(
+    proxy: Running,
+) -> None:
+    # As Codex sends it: `/compact` carries no tools, the conversation's requests do.
+    tools = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
+    items = history()
+    await read(await proxy.ask(body(items[:-1], tools=tools), path="responses"))
+    await proxy.service.settle()  # the turn's shape is stored once the answer has gone out
+    reply = await proxy.ask(body(items), path="responses/compact")
+    block = SEALER.open(json.loads(await read(reply))["output"][-1]["encrypted_content"]).block
+    assert block is not None
+    # Its recall id (only a request that lets the model call a tool has them), and the tools.
+    assert len(recall.ids_in(block)) == 1
+    assert block.endswith("Tools you can call in this conversation: read_file, context_recall.")
+    # A session that never offered a tool: compacted as it came, without recall.
+    reply = await proxy.ask(body(items), path="responses/compact", session="s2")
+    block = SEALER.open(json.loads(await read(reply))["output"][-1]["encrypted_content"]).block
+    assert recall.ids_in(block or "") == []
+
+
 async def test_the_log_line_says_who_answered(
     proxy: Running, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -369,7 +389,7 @@ async def test_an_item_expands_even_where_nothing_is_compacted(proxy: Running) -
     off = (("x-compaction", "off"),)
     await read(await proxy.ask(body(answer["output"]), path="responses", headers=off))
     (sent,) = forwarded(proxy.mock)
-    assert sent[-1]["role"] == "user"
+    assert sent[-1]["role"] == "assistant"
     assert sent[-1]["content"][0]["text"].startswith("[Earlier turns")
     assert "compaction" not in [i.get("type") for i in sent]
 

@@ -91,7 +91,7 @@ async def test_the_sdk_compacts_and_its_item_expands_into_a_stable_prefix(
         assert answer.output_text
     one, two = replies(upstream)
     expanded = one[len(output) - 1]
-    assert expanded["role"] == "user"
+    assert expanded["role"] == "assistant"
     assert "- Good." in expanded["content"][0]["text"]  # the ledger of what the user said
     assert "BILL-41" in expanded["content"][0]["text"]
     # The latest user message stands beside the block verbatim: the ledger does not repeat it.
