@@ -59,8 +59,8 @@ TOOL_FIELDS: Final = ("tools", "tool_choice")
 tools itself (`ClientCompactions._with_tools`)."""
 USERS_SHARE: Final = 0.5
 """The share of the room the compaction target leaves the conversation (after the
-instructions and tools) that the user messages given back verbatim may take: the block
-has the rest."""
+instructions and tools) that the user messages given back may take when there is no block
+(nothing but them to condense); beside a block, they take what it leaves."""
 _JSON = ("content-type", "application/json")
 _EVENTS = ("content-type", "text/event-stream; charset=utf-8")
 
