@@ -58,6 +58,9 @@ class Expansion:
     such by later compactions (their ledger and trail carried on), never as the client's."""
     session: str | None = None
     """The session the first expanded item belongs to."""
+    blocks: tuple[Any, ...] = ()
+    """The block items in `body`'s `input` (`proxy.core.responses.to_messages` keeps each a
+    message of its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ def expand(body: Mapping[str, Any], sealer: Sealer | None) -> Expansion:
     capsules = {index: _opened(sealer, given[index]["encrypted_content"], index) for index in ours}
     latest = max((i for i, capsule in capsules.items() if capsule.covers_prior), default=0)
     items: list[Any] = []
+    blocks: list[Any] = []
     leading = True
     for index, item in enumerate(given):
         leading = leading and _is_instruction(item)
@@ -161,9 +165,10 @@ def expand(body: Mapping[str, Any], sealer: Sealer | None) -> Expansion:
         elif capsule.block is not None:
             role = capsule.role if any(_is_user_message(i) for i in items) else "user"
             items.append(block_item(capsule.block, role))
+            blocks.append(items[-1])
     used = [capsules[index] for index in ours if index >= latest]
     notes = frozenset(note_digest(c.block) for c in used if c.block is not None)
-    return Expansion({**body, "input": items}, notes, used[0].session)
+    return Expansion({**body, "input": items}, notes, used[0].session, tuple(blocks))
 
 
 def automatic(body: Mapping[str, Any]) -> Automatic | None:

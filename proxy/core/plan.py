@@ -164,6 +164,10 @@ class Situation:
     summarized (or truncated, as the strategy says) from its original messages, none trimmed
     or cleared first (`proxy.core.compaction_items` gives the client its user messages back
     beside the block)."""
+    beside: Message | None = None
+    """A message of `messages` forwarded again beside the block (`whole`: the latest user
+    message, which the client keeps): it is condensed with the rest, but the ledger does not
+    repeat what it says, and the block gives way to it as to a running turn (`_fit_block`)."""
 
     def fixed(self, counter: Counter) -> float:
         """The share of the usable input the leading instructions and the tools take: the
@@ -489,6 +493,8 @@ class _Work:
     steps: list[str] = field(default_factory=list)
     before: int = 0
     tools: int = 0
+    beside: int = 0
+    """What `Situation.beside` counts (0: none)."""
     allowances: Allowances = field(init=False)
     ledger_budget: int = 0
     """The ledger's budget: what the ledger of everything that could leave costs, within
@@ -532,7 +538,9 @@ class _Work:
         self.allowances = Allowances.of(situation.budget, situation.policy, fixed)
         self.pin_task = self.situation.policy.pin_first_user
         self.tools = self.counter.tools(self.situation.body)
-        self.before = self.total()
+        beside = situation.beside
+        self.beside = 0 if beside is None else self.counter.message(beside)
+        self.before = self.total() - self.beside
         self.size_block()
         self.regroup()
 
@@ -551,7 +559,7 @@ class _Work:
                 without, trail = artifacts.without_trail(without)
                 earlier, summary = ledger.merged(earlier, statements), count(without)
                 carried = artifacts.merged(trail, carried)
-            if standalone is None:
+            if standalone is None and not self.stands_beside(restored):
                 said.append(restored)
         said_now = ledger.statements_of(said, each=self.mentions.statements)
         everything = ledger.merged(earlier, said_now)
@@ -663,8 +671,14 @@ class _Work:
             fixed = [*fixed, self.messages[self.pins.first_user]]
         return self.target - self.counter.messages(fixed) - self.tools - self.block_budget
 
+    def stands_beside(self, message: Message) -> bool:
+        """Whether `message` (its notes detached) is `Situation.beside`: the ledger leaves
+        it out."""
+        beside = self.situation.beside
+        return beside is not None and message == beside
+
     def total(self) -> int:
-        return self.counter.messages(self.messages) + self.tools
+        return self.counter.messages(self.messages) + self.tools + self.beside
 
     @property
     def target(self) -> int:
@@ -846,7 +860,7 @@ def _land(work: _Work) -> None:
     """Bring `work` to its target by the fixed order of reductions, each only while it is
     still above, as far as that is possible."""
     steps = (_clear_rest, _truncate_rest, _release_task, _trim_recent, _fit_block)
-    for step in (*steps, _release_running, _fit_block, _cap_recent):
+    for step in (*steps, _release_running, _fit_block, _cap_recent, _shed_block, _fit_earlier):
         if work.done():
             return
         step(work)
@@ -893,30 +907,65 @@ def _release_running(work: _Work) -> None:
         work.steps.append("release_running")
 
 
-def _fit_block(work: _Work) -> None:
+def _shed_block(work: _Work) -> None:
+    """Last, when nothing else reached the target and the block names the recall id of what
+    it stands for: `_fit_block` down to the ledger's rules and no trail. What the block
+    lists verbatim is then a recall away, and a block that stays whole lands above the
+    target on every request after it (a client's compaction beside a large user message,
+    `Situation.beside`)."""
+    if work.situation.recall is not None:
+        _fit_block(work, shed=True)
+
+
+def _fit_block(work: _Work, *, shed: bool = False) -> None:
     """Shorten the block written in this compaction to the room what must stay leaves it
     (the running turn's user message can take most of a small window): first its summary's
     last lines (the part any summarizer could write), then the trail's paths and the
     ledger's chatter, each part in proportion to its size, only as far as the target still
-    needs, and only when that reaches it."""
-    block = work.block
+    needs, and only when that reaches it (`shed`: the trail's ids and the ledger's
+    specifics and task too, see `_shed_block`)."""
+    fitted = _fit_note(work, work.block, shed=shed)
+    if fitted is not None:
+        work.note, work.block = fitted
+
+
+def _fit_earlier(work: _Work) -> None:
+    """Last of all, the newest note of an earlier compaction shortened as `_fit_block`
+    shortens this one's (shed too, with recall), when that alone reaches the target: one
+    that stands inside the running turn (a client's compaction block, which the client
+    keeps after its latest user message) or alone before it cannot be evicted, and the turn
+    grows by a round a request."""
+    notes = (
+        work.note_of(m) or next(iter(work.detach_notes(m)[1][-1:]), None) for m in work.messages
+    )
+    earlier = [note for note in notes if note is not None and note != work.block]
+    if not earlier:
+        return
+    if _fit_note(work, earlier[-1]) is None and work.situation.recall is not None:
+        _fit_note(work, earlier[-1], shed=True)
+
+
+def _fit_note(work: _Work, block: str | None, *, shed: bool = False) -> tuple[str, str] | None:
+    """`_fit_block` of `block`: its shortened text (ledger and trail apart) and whole, once
+    it stands in the conversation in place of `block`; None when it stayed as it was."""
     found = _block_index(work, block)
     if block is None or found is None:
-        return
+        return None
     count = work.counter
     excess = work.total() - work.target
 
     def fitted_to(excess: int) -> tuple[str, str, list[Message], int]:
-        note, fitted = _fitted(block, excess, count.text)
+        note, fitted = _fitted(block, excess, count.text, shed=shed)
         messages = list(work.messages)
         messages[found] = replace_note(messages[found], block, fitted)
-        return note, fitted, messages, count.messages(messages) + work.tools - work.target
+        over = count.messages(messages) + work.tools + work.beside - work.target
+        return note, fitted, messages, over
 
     # A block that cannot be made small enough stays whole: the request lands above the
     # target (it still fits), and nothing the block carries is lost for no gain.
     barest = fitted_to(work.total())
     if barest[3] > 0:
-        return
+        return None
     for _ in range(_CUT_ATTEMPTS):
         note, fitted, messages, over = fitted_to(excess)
         # Each part's saving is counted apart; the message as a whole can count a little
@@ -928,11 +977,13 @@ def _fit_block(work: _Work) -> None:
     else:
         note, fitted, messages, _ = barest
     work.notes.add(note_digest(fitted))
-    work.note, work.block = note, fitted
     work.update(messages, "fit_block")
+    return note, fitted
 
 
-def _fitted(block: str, excess: int, count: Callable[[str], int]) -> tuple[str, str]:
+def _fitted(
+    block: str, excess: int, count: Callable[[str], int], *, shed: bool = False
+) -> tuple[str, str]:
     """`block` less `excess` tokens where it can be (see `_fit_block`): its text without
     ledger and trail, and the block."""
     rest, kept = ledger.without_ledger(block)
@@ -947,9 +998,10 @@ def _fitted(block: str, excess: int, count: Callable[[str], int]) -> tuple[str, 
         # error codes, the ledger the user's rules, specifics and task.
         trail_cost, ledger_cost = artifacts.cost(trail, count), ledger.cost(kept, count)
         from_trail = math.ceil(excess * trail_cost / max(trail_cost + ledger_cost, 1))
-        least = artifacts.cost(artifacts.identifiers(trail), count)
+        least = 0 if shed else artifacts.cost(artifacts.identifiers(trail), count)
         trail = artifacts.selected(trail, max(trail_cost - from_trail, least), count)
-        least = ledger.cost(ledger.above_chatter(kept), count)
+        floor = ledger.rules(kept) if shed else ledger.above_chatter(kept)
+        least = ledger.cost(floor, count)
         kept = ledger.selected(kept, max(ledger_cost - (excess - from_trail), least), count)
     return shortened, ledger.with_ledger(artifacts.with_trail(shortened, trail), kept)
 
@@ -1206,8 +1258,12 @@ class _Eviction:
         A task said before what the earlier notes carry (released now, when the earlier
         notes stand after it) loses to them what they replaced ("Budget: $500" in the task,
         "$700" in the ledger): merged after them, it would replace the newer value."""
-        each = self.work.mentions.statements
-        said = ledger.statements_of(self.evicted, task=self.task, each=each)
+        work = self.work
+        each = work.mentions.statements
+        evicted = list(self.evicted)
+        if work.situation.beside is not None:
+            evicted = [m for m in evicted if not work.stands_beside(work.detach_notes(m)[0])]
+        said = ledger.statements_of(evicted, task=self.task, each=each)
         if self.task is not None and self.task_first:
             task = ledger.statements_of([self.task], task=self.task, each=each)
             kept = {s.text for s in ledger.merged(task, self.earlier)}

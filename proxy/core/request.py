@@ -175,7 +175,7 @@ def _responses_request(
         compaction, body = Compaction.TRIGGER, without_trigger(body)
     return ChatRequest(
         raw=raw,
-        body=chat_view(body),
+        body=chat_view(body, alone={id(block) for block in expansion.blocks}),
         api=Api.RESPONSES,
         compaction=compaction,
         notes=expansion.notes,

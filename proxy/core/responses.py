@@ -88,8 +88,9 @@ def _kind(item: object) -> _Kind:
     return _Kind.REASONING if kind == "reasoning" else _Kind.OPAQUE
 
 
-def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The chat completion body a Responses API body stands for (see the module's doc)."""
+def chat_view(body: Mapping[str, Any], alone: Collection[int] = ()) -> dict[str, Any]:
+    """The chat completion body a Responses API body stands for (see the module's doc);
+    `alone`: the `id()`s of `input` items that stand alone (`to_messages`)."""
     view = {k: v for k, v in body.items() if k not in ("input", "instructions")}
     instructions = body.get("instructions")
     messages: list[Message] = []
@@ -99,7 +100,7 @@ def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
         view["instructions"] = instructions  # not a string: carried along, never compacted
     given = body.get("input")
     if isinstance(given, str | list):
-        messages += to_messages(given)
+        messages += to_messages(given, alone=alone)
     elif given is not None:
         view["input"] = given
     view["messages"] = messages
@@ -141,23 +142,29 @@ def server_state(body: Mapping[str, Any]) -> bool:
     return any(body.get(name) is not None for name in SERVER_STATE_FIELDS)
 
 
-def to_messages(input: str | Sequence[Any]) -> list[Message]:
+def to_messages(input: str | Sequence[Any], *, alone: Collection[int] = ()) -> list[Message]:
     """Chat messages for a Responses `input`, each carrying its items under `ITEMS`.
 
     A string is one user message (given back by `to_items` as `{"role": "user", ...}`).
+    An item whose `id()` is in `alone` is a message of its own, which nothing after it
+    joins (the proxy's compaction block on the assistant's side: the model's answer after
+    it is another message, so the block reads back as the note it is).
     """
     if isinstance(input, str):
         return [_message([{"role": "user", "content": input}])]
-    return [_message(group) for group in _groups(input)]
+    return [_message(group) for group in _groups(input, alone)]
 
 
-def _groups(items: Sequence[Any]) -> list[list[Any]]:
+def _groups(items: Sequence[Any], alone: Collection[int] = ()) -> list[list[Any]]:
     groups: list[list[Any]] = []
     pending: list[Any] = []  # reasoning (and what follows it) waiting for the next group
     turn_open = False  # the last group is an assistant turn that calls may still join
     for item in items:
         kind = _kind(item)
-        if kind is _Kind.REASONING or (kind is _Kind.OPAQUE and (pending or not groups)):
+        if id(item) in alone:
+            groups.append([*pending, item])
+            pending, turn_open = [], False
+        elif kind is _Kind.REASONING or (kind is _Kind.OPAQUE and (pending or not groups)):
             pending.append(item)
         elif kind is _Kind.OPAQUE:
             groups[-1].append(item)

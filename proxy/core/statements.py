@@ -376,6 +376,11 @@ def above_chatter(statements: Sequence[Statement]) -> list[Statement]:
     return [statement for statement in statements if statement.rank != OTHER]
 
 
+def rules(statements: Sequence[Statement]) -> list[Statement]:
+    """The statements that are the user's rules: the last a ledger gives up."""
+    return [statement for statement in statements if statement.rank == RULE]
+
+
 def _priority(statements: Sequence[Statement], index: int) -> tuple[int, int]:
     rank = statements[index].rank
     # The rest goes newest first: the latest chatter is the likeliest to matter next.

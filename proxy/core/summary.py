@@ -417,17 +417,38 @@ def split_span(
     span: Sequence[Message], *, max_tokens: int, count: Callable[[Message], int]
 ) -> list[list[Message]]:
     """`span` in consecutive parts of at most `max_tokens` each, for a summarizer whose own
-    window cannot take it whole; a message larger than that is a part of its own."""
+    window cannot take it whole; a message larger than that is a part of its own, cut to
+    its head and tail (`_within`): whole, it would be refused as over the window, and the
+    summary of the whole span lost (a client's compaction summarizes results no layer cut
+    first: a 20k-token tool output in a 16k window)."""
     parts: list[list[Message]] = [[]]
     used = 0
     for message in span:
         tokens = count(message)
+        if tokens > max_tokens:
+            message = _within(message, tokens, max_tokens, count)
+            tokens = count(message)
         if parts[-1] and used + tokens > max_tokens:
             parts.append([])
             used = 0
         parts[-1].append(message)
         used += tokens
     return [part for part in parts if part]
+
+
+def _within(
+    message: Message, tokens: int, max_tokens: int, count: Callable[[Message], int]
+) -> Message:
+    """`message` with its text cut from the middle to about `max_tokens` of its `tokens`
+    (by its share of the characters, a tenth kept back), saying so where the cut is."""
+    body = text(message)
+    cut = f"\n\n[... {tokens - max_tokens} or more tokens cut from the middle for the summary"
+    cut += " ...]\n\n"
+    room = max(max_tokens * 9 // 10 - count({**message, "content": cut}), 0)
+    keep = len(body) * room // tokens
+    head = keep * 2 // 3
+    tail = body[len(body) - (keep - head) :] if keep > head else ""
+    return {**message, "content": body[:head] + cut + tail}
 
 
 def render(message: Message) -> str:

@@ -158,7 +158,9 @@ class ProxyService:
         if config.compaction_by == "proxy":
             if config.sealer is None:
                 raise ValueError("the proxy answers compaction requests only with a sealer")
-            self._compactions = ClientCompactions(compactor=self._compactor, sealer=config.sealer)
+            self._compactions = ClientCompactions(
+                compactor=self._compactor, sealer=config.sealer, memory=self.memory
+            )
         self._counts = TokenCounts(
             upstream=upstream,
             turns=self._turns,

@@ -31,7 +31,7 @@ from typing import Any, Final
 from proxy.adapters.summarizer import SummaryResult
 from proxy.core import jsoncodec
 from proxy.core.capsule import Capsule, CheckpointRef, Sealer
-from proxy.core.compaction_items import block_role, compaction_item, user_items
+from proxy.core.compaction_items import block_message, block_role, compaction_item, user_items
 from proxy.core.compaction_output import ItemFirst, with_item
 from proxy.core.compaction_replies import (
     Usage,
@@ -49,14 +49,18 @@ from proxy.core.session import Checkpoint
 from proxy.core.summary import note_digest
 from proxy.errors import InvalidRequestError
 from proxy.service.compactor import Compactor, Condensed
+from proxy.service.memory import Memory
 from proxy.service.outcome import Outcome
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
 
+TOOL_FIELDS: Final = ("tools", "tool_choice")
+"""What a compaction request takes from its conversation's last request when it carries no
+tools itself (`ClientCompactions._with_tools`)."""
 USERS_SHARE: Final = 0.5
 """The share of the room the compaction target leaves the conversation (after the
-instructions and tools) that the user messages given back verbatim may take: the block
-has the rest."""
+instructions and tools) that the user messages given back may take when there is no block
+(nothing but them to condense); beside a block, they take what it leaves."""
 _JSON = ("content-type", "application/json")
 _EVENTS = ("content-type", "text/event-stream; charset=utf-8")
 
@@ -86,16 +90,23 @@ class ClientCompactions:
         *,
         compactor: Compactor,
         sealer: Sealer,
+        memory: Memory,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._compactor = compactor
         self._sealer = sealer
+        self._memory = memory
         self._clock = clock
 
     async def answer(self, turn: Turn) -> Answered:
         """Condense `turn`'s conversation and answer in the shape its request asked for."""
-        users = _user_items(turn)
-        condensed = await self._compactor.condense(turn, to_messages(users))
+        turn = await self._with_tools(turn)
+        # The latest user message stands beside the block where the answer gives it back
+        # (`/compact`): the ledger need not repeat it. A triggered item goes back alone.
+        compact = turn.request.compaction is Compaction.COMPACT
+        aside = _latest(turn) if compact else None
+        condensed = await self._compactor.condense(turn, _kept(turn), aside)
+        users = _user_items(turn, condensed.block, task=condensed.task)
         item = self._item(turn, users, condensed)
         usage = _usage(condensed.summary)
         created = int(self._clock())
@@ -104,7 +115,7 @@ class ClientCompactions:
         if turn.session is not None:
             headers.append(("x-session-id", turn.session))
         request = turn.request
-        if request.compaction is Compaction.COMPACT:
+        if compact:
             body = compacted_response(ident, created, [*users, item], usage)
             reply = Reply(200, [_JSON, *headers], jsoncodec.dumps(body))
         else:
@@ -127,19 +138,37 @@ class ClientCompactions:
         threshold = asked.threshold if asked else None
         if not _due(turn, outcome.tokens_after, threshold):
             return Automatic(outcome)
-        users = _user_items(turn)
         try:
-            condensed = await self._compactor.condense(turn, to_messages(users))
+            # The block keeps the latest user message's words too: its item stands for all
+            # that precedes it, which the client may drop (OpenAI's contract).
+            condensed = await self._compactor.condense(turn, _kept(turn))
         except InvalidRequestError:
             return Automatic(outcome)  # the provider's to refuse, in its own words
         checkpoint = condensed.outcome.checkpoint
         if condensed.block is None or checkpoint is None or checkpoint.covered < len(turn.body):
             return Automatic(outcome)
+        users = _user_items(turn, condensed.block, task=condensed.task)
         item = self._item(turn, users, condensed, covers_prior=True)
         forwarded = replace(
             condensed.outcome, sent=outcome.sent, injected=outcome.injected, tried=True
         )
         return Automatic(forwarded, item)
+
+    async def _with_tools(self, turn: Turn) -> Turn:
+        """`turn` offering the tools of its conversation: a `/v1/responses/compact` body has
+        no `tools` (OpenAI's endpoint takes none, and Codex sends none), but the block is
+        forwarded with the conversation's next requests, which offer them. Compacted as if
+        it carried them (those of the session's last request), the block is sized for the
+        room they leave, lists them, and names the recall ids of what it condenses (a
+        request that lets the model call no tool has no recall: `Turn.recall_scope`)."""
+        body = turn.request.body
+        if TOOL_FIELDS[0] in body:
+            return turn
+        last = await self._memory.last_request(turn.tenant, turn.session)
+        if not last or not last.get(TOOL_FIELDS[0]):
+            return turn
+        tools: dict[str, Any] = {field: last[field] for field in TOOL_FIELDS if field in last}
+        return replace(turn, request=replace(turn.request, body={**body, **tools}))
 
     def _item(
         self, turn: Turn, users: list[Any], condensed: Condensed, *, covers_prior: bool = False
@@ -148,8 +177,14 @@ class ClientCompactions:
         # The checkpoint of the conversation's prefix: this compaction's, or the one another
         # request stored first for the same prefix.
         checkpoint = _ref(condensed.outcome.checkpoint)
-        role = block_role(users)
-        capsule = Capsule(condensed.block, role, turn.session, checkpoint, turn.model, covers_prior)
+        capsule = Capsule(
+            condensed.block,
+            block_role(users),
+            turn.session,
+            checkpoint,
+            turn.model,
+            covers_prior,
+        )
         return compaction_item(self._sealer.seal(capsule))
 
 
@@ -185,25 +220,60 @@ def _due(turn: Turn, tokens: int, threshold: int | None) -> bool:
     return budget.estimate(tokens) >= threshold
 
 
-def _user_items(turn: Turn) -> list[Any]:
-    """The user messages of the request's conversation, as the client sent them (a block
-    the proxy expanded into a user message is none of them): the latest, and those before
-    it that fit in `USERS_SHARE` of what the compaction target leaves the conversation. The
-    older ones are condensed in the block (its ledger keeps what they state verbatim, the
-    summary the rest): given back whole, a long conversation's user messages alone would
-    fill the window after every compaction."""
+def _users(turn: Turn) -> list[Message]:
+    """The user messages of the request's conversation (a block the proxy expanded into a
+    user message is none of them)."""
     messages = turn.request.messages
-    users = (m for m in messages if role(m) == "user" and not _expanded(turn, m))
-    items = user_items([item for message in users for item in message.get(ITEMS, [message])])
+    return [m for m in messages if role(m) == "user" and not _expanded(turn, m)]
+
+
+def _latest(turn: Turn) -> Message | None:
+    """The latest user message, kept beside the block whatever its size."""
+    users = _users(turn)
+    return users[-1] if users else None
+
+
+def _kept(turn: Turn) -> Callable[[str, Message | None], list[Message]]:
+    """The messages of the user items `turn` keeps beside a block (`_user_items`)."""
+    return lambda block, task: to_messages(_user_items(turn, block, task=task))
+
+
+def _user_items(turn: Turn, block: str | None, *, task: Message | None = None) -> list[Any]:
+    """The user messages of the request's conversation as the client sent them: the latest
+    (and the one the plan kept in place as the `task`), and those between that
+    fit in what the compaction target leaves beside the instructions, the tools, `block`
+    and those (at most `USERS_SHARE` of the room the target leaves the conversation when
+    there is no block). The others are condensed in the block (its ledger keeps what they
+    state verbatim, the summary the rest): given back whole, a long conversation's user
+    messages alone would fill the window after every compaction, and the next requests
+    land above the target with nothing the proxy may condense but the block."""
+    users = _users(turn)
+    if not users:
+        return []
+    # The task stands first in the view: the users before it are in the notes it follows.
+    at = next((i for i, m in enumerate(users[:-1]) if m == task), None)
+    first = [] if at is None else _items(users[at])
+    latest = _items(users[-1])
+    between = [item for m in users[0 if at is None else at + 1 : -1] for item in _items(m)]
+    target = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed))
+    if block is None:
+        room = (target - turn.tokens(turn.head)) * USERS_SHARE
+    else:
+        room = target - turn.tokens([*turn.head, block_message(block, "assistant")])
     counter = turn.counter
-    head = counter.messages(turn.head) + counter.tools(turn.tools_body())
-    room = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed)) - head
-    budget, kept = room * USERS_SHARE, 0
-    for index in range(len(items) - 1, -1, -1):
-        kept += counter.messages(to_messages(items[index : index + 1]))
-        if kept > budget and index < len(items) - 1:
-            return items[index + 1 :]
-    return items
+    used = counter.messages(to_messages([*first, *latest]))
+    chosen = between
+    for index in range(len(between) - 1, -1, -1):
+        used += counter.messages(to_messages(between[index : index + 1]))
+        if used > room:
+            chosen = between[index + 1 :]
+            break
+    return [*first, *chosen, *latest]
+
+
+def _items(message: Message) -> list[Any]:
+    """The user items a user message of the chat view stands for."""
+    return user_items(message.get(ITEMS, [message]))
 
 
 def _expanded(turn: Turn, message: Message) -> bool:

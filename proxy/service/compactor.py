@@ -30,13 +30,14 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from proxy.adapters.store import RecallIds
 from proxy.adapters.summarizer import SummaryFailedError, SummaryResult
 from proxy.core import hooks
 from proxy.core.compaction_items import block_message, block_role
-from proxy.core.messages import Message, text, tool_calls
+from proxy.core.messages import Message, role, text, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, Unchanged, plan_compaction
 from proxy.core.policy import Strategy
 from proxy.core.prepared import covered, note_key
@@ -69,6 +70,9 @@ class Condensed:
     """The compaction block (None: there was nothing but the user's messages to condense)."""
     summary: SummaryResult | None = None
     """The summary written for it now (None: a prepared one, or none)."""
+    task: Message | None = None
+    """The user message the plan kept in place as the task (the view's first), if it did:
+    the client keeps it too (the block does not carry it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +119,23 @@ class Compactor:
         action = hooks.CompactContext(strategy=strategy, force=True)
         return await self._compact(action, turn, unchanged(turn), trigger="manual")
 
-    async def condense(self, turn: Turn, kept: list[Message]) -> Condensed:
+    async def condense(
+        self,
+        turn: Turn,
+        kept: Callable[[str, Message | None], list[Message]],
+        aside: Message | None = None,
+    ) -> Condensed:
         """The client's own compaction (`/v1/responses/compact`, `compaction_trigger`): all
         of the conversation after the instructions condensed into one block by the plan
         (`Situation.whole`), with the summary prepared for it or a fresh one (waited for:
         the client asked for this compaction), frozen as the view the client's compacted
-        history stands for: `kept` (its user messages, which it keeps), then the block.
+        history stands for: `kept(block, task)` (the user messages the client keeps, chosen
+        once the block's size is known, the first among them when the plan kept it in place
+        as the task), then the block.
+
+        `aside`, the latest user message, is kept whatever the block's size: the block's
+        ledger does not repeat what stands beside it verbatim, and the block gives way to it
+        as to a running turn (`Situation.beside`).
 
         A conversation already condensed as it stands (its checkpoint covers all of it and
         ends with a block) gives that block again. Raises InvalidRequestError for a
@@ -140,6 +155,7 @@ class Compactor:
             notes=notes,
             recall=turn.recall_scope,
             whole=True,
+            beside=aside,
         )
         plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         summary, used = None, False
@@ -156,7 +172,10 @@ class Compactor:
             return Condensed(outcome, _last_note(outcome.messages, notes))
         block = plan.block
         assert block is not None  # a whole compaction that changed anything wrote its block
-        messages = [*turn.head, *kept, block_message(block, block_role(kept))]
+        # The task the plan pinned stays (the plan landed with it): the client keeps it.
+        task = next((m for m in plan.messages if role(m) == "user" and block not in text(m)), None)
+        users = kept(block, task)
+        messages = [*turn.head, *users, block_message(block, block_role(users))]
         result = replace(
             plan,
             messages=messages,
@@ -168,7 +187,7 @@ class Compactor:
             # As any compaction: what it truncated is summarized for the next one.
             self.preparer.settled(turn, used=used)
             self.preparer.fold(turn, result)
-        return Condensed(frozen.outcome, block, summary)
+        return Condensed(frozen.outcome, block, summary, task)
 
     async def _summarized(
         self, need: NeedsSummary, turn: Turn

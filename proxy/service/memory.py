@@ -239,6 +239,13 @@ class Memory:
             return None
         return await self._try(self.store.load_session(tenant, session), None)
 
+    async def last_request(self, tenant: str, session: str | None) -> dict[str, Any] | None:
+        """The session's last request without its messages (`EndedTurn.request`); None when
+        none is stored (or the store is down)."""
+        if session is None:
+            return None
+        return await self._try(self.store.last_request(tenant, session), None)
+
     async def record_compaction(
         self, tenant: str, session: str | None, record: CompactionRecord
     ) -> None:

@@ -26,6 +26,7 @@ from proxy.core.compaction_items import (
     without_management,
     without_trigger,
 )
+from proxy.core.messages import text
 from proxy.core.responses import to_items, to_messages
 from proxy.core.summary import note_digest
 from proxy.errors import InvalidRequestError
@@ -92,6 +93,22 @@ def test_the_user_messages_come_back_as_the_client_sent_them() -> None:
     assert user_items("just this") == [{"type": "message", "role": "user", "content": "just this"}]
     assert user_items(None) == []
     assert user_items([{"role": "developer", "content": "x"}, "stray"]) == []
+
+
+def test_the_block_stays_a_message_of_its_own_when_the_model_answers_after_it() -> None:
+    # The client's history after its compaction: its user messages, the item, then the
+    # model's answer (a reasoning item, a call). The block is never grouped with what follows
+    # it into one chat message: later compactions must find it whole, as the note it is.
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    reasoning = {"type": "reasoning", "summary": []}
+    for after in ([answer("Ported.")], [reasoning, call]):
+        expansion = expand({"input": [user("Port the parser."), ours(), *after]}, SEALER)
+        alone = {id(block) for block in expansion.blocks}
+        messages = to_messages(expansion.body["input"], alone=alone)
+        assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
+        assert note_digest(text(messages[1])) in expansion.notes
+        # Read without it, the answer joins the block (the items of one assistant turn).
+        assert len(to_messages(expansion.body["input"])) == 2
 
 
 def test_the_block_takes_the_assistants_side_after_a_user_message() -> None:

@@ -141,10 +141,23 @@ def test_completion_text() -> None:
 
 
 def test_split_span_in_parts() -> None:
-    span = [user("a " * 10), user("b " * 10), user("c " * 30), user("d")]
+    span = [user("a " * 10), user("b " * 10), user("c " * 25), user("d")]
     parts = split_span(span, max_tokens=25, count=lambda m: len(str(m["content"]).split()))
     assert parts == [[span[0], span[1]], [span[2]], [span[3]]]
     assert split_span([], max_tokens=5, count=len) == []
+
+
+def test_a_message_over_a_part_is_cut_to_its_head_and_tail() -> None:
+    words = [f"w{i:03d}" for i in range(400)]
+    span = [user("a " * 10), user(" ".join(words)), user("d")]
+    parts = split_span(span, max_tokens=100, count=lambda m: len(str(m["content"]).split()))
+    assert [len(part) for part in parts] == [1, 2]  # cut, it leaves room for the next
+    cut = str(parts[1][0]["content"])
+    assert cut.startswith("w000 w001 ")
+    assert cut.endswith(" w398 w399")
+    assert "tokens cut from the middle for the summary" in cut
+    assert len(cut.split()) <= 100
+    assert parts[1][0]["role"] == "user"
 
 
 def test_a_note_opening_a_multimodal_message_comes_out_again() -> None:

@@ -115,7 +115,8 @@ async def test_a_long_conversations_older_user_messages_are_left_to_the_block() 
     async with running(SMALL) as proxy:
         reply = await proxy.ask(body(items), path="responses/compact")
         *users, item = json.loads(await read(reply))["output"]
-    assert users == items[-len(users) :]
-    assert 1 <= len(users) < len(items)  # the latest ones: half the room at the target
+    # The task the plan kept in place (the first), and the latest ones that fit beside it.
+    assert users == [items[0], *items[1 - len(users) :]]
+    assert 2 <= len(users) < len(items)
     block = SEALER.open(item["encrypted_content"]).block or ""
     assert block.startswith("[Earlier turns of this conversation were condensed: 7 messages")

@@ -103,7 +103,9 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
     assert item["type"] == "compaction"
     capsule = SEALER.open(item["encrypted_content"])
     assert capsule.block is not None
-    assert "- Next, part 4; keep the tests in tests/rust3." in capsule.block  # the ledger
+    assert "- Next, part 3; keep the tests in tests/rust2." in capsule.block  # the ledger
+    # The latest user message stands beside the block, verbatim: the ledger need not repeat it.
+    assert "part 4" not in capsule.block
     assert "src/part3.py" in capsule.block  # the artifact trail
     assert capsule.role == "assistant"
     assert capsule.session == "s1"
@@ -193,7 +195,7 @@ async def test_a_summary_that_fails_truncates_and_is_written_afterwards() -> Non
         block = SEALER.open(answer["output"][-1]["encrypted_content"]).block or ""
         assert block.startswith("[")
         assert "earlier messages omitted]" in block
-        assert "- Next, part 4; keep the tests in tests/rust3." in block  # the ledger holds
+        assert "- Next, part 3; keep the tests in tests/rust2." in block  # the ledger holds
         assert answer["usage"]["total_tokens"] == 0
         # What it truncated is summarized in the background, and folded into the next one.
         await proxy.service.settle()
@@ -203,8 +205,9 @@ async def test_a_summary_that_fails_truncates_and_is_written_afterwards() -> Non
         folded = json.dumps(proxy.mock.summary_requests[-1].json())
         assert "CLI done." in folded
         block = SEALER.open(again["output"][-1]["encrypted_content"]).block or ""
-        assert "- Then the CLI." in block
-        assert "- Next, part 4; keep the tests in tests/rust3." in block  # carried on
+        assert "Then the CLI." not in block  # beside it
+        assert "- Next, part 3; keep the tests in tests/rust2." in block  # carried on
+        assert "- Next, part 4; keep the tests in tests/rust3." in block  # no longer the latest
 
 
 async def test_with_the_summarizer_resting_it_truncates_at_once() -> None:
@@ -255,7 +258,8 @@ async def test_a_compacted_history_compacts_again_folding_its_block(proxy: Runni
     # It stands for the 8 messages the first one did, and the 4 since (user messages too).
     assert block.startswith("[Earlier turns of this conversation were condensed: 12 messages")
     assert "- Next, part 2; keep the tests in tests/rust1." in block  # the old ledger
-    assert "- Now the benchmarks, in bench/." in block
+    # The latest user message stands beside the block, verbatim: the ledger does not repeat it.
+    assert "Now the benchmarks" not in block
     assert "Benchmarked." not in users
 
 
@@ -276,6 +280,26 @@ async def test_what_the_block_removed_can_be_recalled_in_its_session(proxy: Runn
     recalled = await proxy.service.memory.recalled(TENANT, "s1", rid)
     assert recalled is not None
     assert "v3.2.0" in json.dumps(recalled)  # the file read the summary condensed
+
+
+async def test_a_compaction_without_tools_is_made_with_those_of_its_conversation(
+    proxy: Running,
+) -> None:
+    # As Codex sends it: `/compact` carries no tools, the conversation's requests do.
+    tools = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
+    items = history()
+    await read(await proxy.ask(body(items[:-1], tools=tools), path="responses"))
+    await proxy.service.settle()  # the turn's shape is stored once the answer has gone out
+    reply = await proxy.ask(body(items), path="responses/compact")
+    block = SEALER.open(json.loads(await read(reply))["output"][-1]["encrypted_content"]).block
+    assert block is not None
+    # Its recall id (only a request that lets the model call a tool has them), and the tools.
+    assert len(recall.ids_in(block)) == 1
+    assert block.endswith("Tools you can call in this conversation: read_file, context_recall.")
+    # A session that never offered a tool: compacted as it came, without recall.
+    reply = await proxy.ask(body(items), path="responses/compact", session="s2")
+    block = SEALER.open(json.loads(await read(reply))["output"][-1]["encrypted_content"]).block
+    assert recall.ids_in(block or "") == []
 
 
 async def test_the_log_line_says_who_answered(
@@ -366,6 +390,7 @@ async def test_an_item_expands_even_where_nothing_is_compacted(proxy: Running) -
     await read(await proxy.ask(body(answer["output"]), path="responses", headers=off))
     (sent,) = forwarded(proxy.mock)
     assert sent[-1]["role"] == "assistant"
+    assert sent[-1]["content"][0]["text"].startswith("[Earlier turns")
     assert "compaction" not in [i.get("type") for i in sent]
 
 

@@ -93,7 +93,9 @@ async def test_the_sdk_compacts_and_its_item_expands_into_a_stable_prefix(
     expanded = one[len(output) - 1]
     assert expanded["role"] == "assistant"
     assert "- Good." in expanded["content"][0]["text"]  # the ledger of what the user said
-    assert "BILL-42" in expanded["content"][0]["text"]
+    assert "BILL-41" in expanded["content"][0]["text"]
+    # The latest user message stands beside the block verbatim: the ledger does not repeat it.
+    assert "BILL-42" not in expanded["content"][0]["text"]
     assert "compaction" not in [i.get("type") for i in one]
     assert jsoncodec.dumps(two).startswith(jsoncodec.dumps(one)[:-1])
 
