@@ -340,6 +340,13 @@ class CellResult:
         return self.model_calls / compactions if compactions else float("nan")
 
     @property
+    def proxy_compactions(self) -> int:
+        """The compactions the proxy chose to make (by pressure): not the ones a client
+        that compacts its own history asked for (`client-<strategy>`), whose times are the
+        client's choice."""
+        return sum(a != "none" and not a.startswith("client-") for a in self.applied)
+
+    @property
     def landing_pressures(self) -> list[float]:
         """The pressure each compaction landed at."""
         return [p for a, p in zip(self.applied, self.pressures, strict=True) if a != "none"]

@@ -179,10 +179,15 @@ def _no_high_landing(cell: CellResult) -> tuple[bool | None, str]:
 
 
 def _rare_compactions(cell: CellResult) -> tuple[bool | None, str]:
-    if not cell.compactions:
+    # How often the proxy chose to compact: a client that compacts its own history decides
+    # when it does (its compactions are judged for their landing, not their frequency).
+    own = cell.proxy_compactions
+    if not own:
         return None, "no compaction"
-    per = cell.requests_per_compaction
-    return per >= 3, f"{per:.2f} ({cell.model_calls} calls, {cell.compactions} compactions)"
+    per = cell.model_calls / own
+    clients = cell.compactions - own
+    theirs = f", and {clients} the client asked for" if clients else ""
+    return per >= 3, f"{per:.2f} ({cell.model_calls} calls, {own} compactions{theirs})"
 
 
 def _all_kept(cell: CellResult) -> tuple[bool | None, str]:
