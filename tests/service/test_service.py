@@ -160,14 +160,15 @@ async def test_what_cannot_fit_after_compaction_is_refused_without_asking_the_pr
     assert [line["status"] for line in access_lines(log)] == [400, 400]
 
 
-async def test_a_body_that_is_no_request_is_refused_and_logged_with_nulls(
+async def test_a_body_that_is_no_request_is_refused_and_logged_as_its_routes_api(
     proxy: Running, log: pytest.LogCaptureFixture
 ) -> None:
     incoming = Incoming("POST", "chat/completions", "", [("authorization", KEY)])
     with pytest.raises(InvalidRequestError):
         await proxy.service.chat_completion(incoming, b"{not json")
     (line,) = access_lines(log)
-    assert (line["status"], line["api"], line["model"]) == (400, None, None)
+    # No model, no session: what the body would have said is unknown; the route's API is not.
+    assert (line["status"], line["api"], line["model"]) == (400, "chat", None)
 
 
 # --- the requests compaction leaves alone ------------------------------------------------------
