@@ -315,13 +315,22 @@ async def test_a_compaction_of_the_head_alone_is_forwarded_not_stored(parts: Par
     """Only the instructions were cut: there is no prefix of the conversation to freeze."""
     turn = await turn_of(parts, history(1, system="rules " * 400))
     head_cut = [{"role": "system", "content": "rules"}, *turn.body]
-    result = Compacted(head_cut, "truncate", 900, 60, fits=True, steps=("truncate",))
+    # What its note's recall id stands for is stored all the same.
+    recalls = {"rc_aaaaaaaaaa": (turn.head[0],)}
+    result = Compacted(
+        head_cut, "truncate", 900, 60, fits=True, steps=("truncate",), recalls=recalls
+    )
     frozen = await parts.compactor.freeze(turn, result, "overflow", unchanged(turn))
     assert frozen.stored  # recorded as this turn's compaction
     assert frozen.outcome.messages == head_cut
     assert frozen.outcome.checkpoint is None
     assert frozen.outcome.tokens_after < frozen.outcome.tokens_before
     assert await parts.memory.find_checkpoint(turn.tenant, turn.session, turn.hashes) is None
+    # The id is stored (an unknown one is None); the client's message it stands for is
+    # archived with the turn's answer, none here.
+    recalled = await parts.memory.recalled(turn.tenant, turn.session, "rc_aaaaaaaaaa")
+    assert recalled == []
+    assert await parts.memory.recalled(turn.tenant, turn.session, "rc_bbbbbbbbbb") is None
 
 
 def tool_session(calls: int, *, size: int = 400) -> list[Any]:
