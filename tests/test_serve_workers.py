@@ -83,9 +83,9 @@ def test_either_worker_expands_the_compaction_items_the_other_made(
     forwarded = [r.json()["input"][0] for r in upstream.requests if r.path == "/v1/responses"]
     assert len(forwarded) == 8
     assert all(block == forwarded[0] for block in forwarded)  # one block, whoever expanded it
-    # Nothing before it: the block opens the conversation, as a user's message.
-    assert forwarded[0]["role"] == "user"
-    assert "- Now the tests." in forwarded[0]["content"][0]["text"]  # the ledger
+    # The item expanded into the proxy's block (never forwarded as the sealed item).
+    assert "type" not in forwarded[0] or forwarded[0]["type"] == "message"
+    assert forwarded[0]["content"][0]["text"].startswith("[Earlier turns of this conversation")
 
 
 def test_workers_answering_compaction_need_a_key() -> None:
