@@ -311,12 +311,15 @@ async def test_a_compaction_that_took_no_step_is_not_stored(parts: Parts) -> Non
     assert await parts.memory.find_checkpoint(turn.tenant, turn.session, turn.hashes) is None
 
 
-async def test_a_compaction_of_the_head_alone_is_forwarded_not_stored(parts: Parts) -> None:
+@pytest.mark.parametrize("with_recall", [True, False])
+async def test_a_compaction_of_the_head_alone_is_forwarded_not_stored(
+    parts: Parts, with_recall: bool
+) -> None:
     """Only the instructions were cut: there is no prefix of the conversation to freeze."""
     turn = await turn_of(parts, history(1, system="rules " * 400))
     head_cut = [{"role": "system", "content": "rules"}, *turn.body]
     # What its note's recall id stands for is stored all the same.
-    recalls = {"rc_aaaaaaaaaa": (turn.head[0],)}
+    recalls = {"rc_aaaaaaaaaa": (turn.head[0],)} if with_recall else {}
     result = Compacted(
         head_cut, "truncate", 900, 60, fits=True, steps=("truncate",), recalls=recalls
     )
@@ -329,7 +332,7 @@ async def test_a_compaction_of_the_head_alone_is_forwarded_not_stored(parts: Par
     # The id is stored (an unknown one is None); the client's message it stands for is
     # archived with the turn's answer, none here.
     recalled = await parts.memory.recalled(turn.tenant, turn.session, "rc_aaaaaaaaaa")
-    assert recalled == []
+    assert recalled == ([] if with_recall else None)
     assert await parts.memory.recalled(turn.tenant, turn.session, "rc_bbbbbbbbbb") is None
 
 
