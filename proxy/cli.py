@@ -179,6 +179,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     from proxy.observability.logs import configure_logging
     from proxy.web import create_app
+    from proxy.web.balancer import Balancer
     from proxy.web.workers import WORKER_ARGS
 
     configure_logging(settings.log.level, settings.log.format)
@@ -198,24 +199,25 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
             {"config": str(args.config) if args.config else None, "overrides": _overrides(args)}
         )
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="compaction-proxy-")
-    uvicorn.run(
-        "proxy.web.workers:worker_app" if workers > 1 else create_app(settings, freeze_heap=True),
-        factory=workers > 1,
-        workers=workers if workers > 1 else None,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.log.level,
+    options: dict[str, Any] = {
+        "host": settings.server.host,
+        "port": settings.server.port,
+        "log_level": settings.log.level,
         # Not uvicorn's own handlers and formats: its records go to the root logger's
         # handler, so every line of the process has one format (JSON by default).
-        log_config=None,
+        "log_config": None,
         # Relay the upstream's own Server and Date headers instead of adding ours.
-        server_header=False,
-        date_header=False,
+        "server_header": False,
+        "date_header": False,
         # One line per request is noise at fleet scale; the structured request log
-        # (proxy.access, one line per chat completion) replaces it.
-        access_log=settings.log.level == "debug",
+        # (proxy.access, one line per request) replaces it.
+        "access_log": settings.log.level == "debug",
         # uvloop and httptools when installed (uvicorn[standard]), the fastest pair.
-        loop="auto",
-        http="auto",
-    )
+        "loop": "auto",
+        "http": "auto",
+    }
+    if workers > 1:
+        config = uvicorn.Config("proxy.web.workers:worker_app", factory=True, **options)
+        return Balancer(config, workers).run()
+    uvicorn.run(create_app(settings, freeze_heap=True), **options)
     return 0

@@ -35,7 +35,7 @@ def test_two_workers_share_the_store_and_the_metrics(redis_server: RedisServer) 
         openai.OpenAI(api_key="sk-workers", base_url=f"{proxy_url}/v1", max_retries=0) as sdk,
     ):
         for turn in range(20):
-            # New connections: the kernel spreads them over the two workers.
+            # New connections: the parent hands them to the two workers in turn.
             with httpx.Client(base_url=proxy_url) as http:
                 answer = http.post(
                     "/v1/chat/completions",
@@ -72,7 +72,7 @@ def test_either_worker_expands_the_compaction_items_the_other_made(
             compacted = sdk.responses.compact(model="m", input=history)  # type: ignore[arg-type]
         item = compacted.output[-1].model_dump()
         for turn in range(8):
-            # New connections: the kernel spreads them over the two workers.
+            # New connections: the parent hands them to the two workers in turn.
             with httpx.Client(base_url=proxy_url) as http:
                 answer = http.post(
                     "/v1/responses",
