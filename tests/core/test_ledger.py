@@ -541,6 +541,23 @@ MORE_FRAGMENTS = [
     "port 5432",
     "\u0663\u0664\u0665",  # Arabic-Indic digits: `\d` matches them too
     "sha256:" + SHA256,
+    # Parts of the shapes each rule needs, to be joined into near misses.
+    "192.168.1",
+    "1.2.3.4",
+    ".CO",
+    "x.io:",
+    "D:",
+    "-0a1b-",
+    "-07-",
+    "2024-11-30",
+    "AB-1",
+    "docs/my-notes.md",
+    "build-7f3a9c21",
+    "commit 0a1b2c3.",
+    "~/.ssh",
+    "_a1",
+    "-x9",
+    "1e10",
 ]
 texts_with_facts = st.lists(
     st.sampled_from(MORE_FRAGMENTS) | st.text(max_size=12), max_size=16
