@@ -173,7 +173,10 @@ class Checkpoint:
     are read as notes (a message that merely looks like one is the client's)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "notes": list(self.notes)}
+        # Shallow: a store serializes it at once. `asdict` deep-copied every message held,
+        # a compaction's largest cost after the plan on a long history.
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {**fields, "messages": list(self.messages), "notes": list(self.notes)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:

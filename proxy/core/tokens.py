@@ -503,13 +503,24 @@ class Counted:
 def text_size(value: object) -> int:
     """The characters of the strings in a JSON value (a message): about what counting it
     costs, found without serializing it."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, Mapping):
-        return sum(len(key) + text_size(item) for key, item in value.items())
-    if isinstance(value, list):
-        return sum(text_size(item) for item in value)
-    return 0
+    # A loop, with a dict told apart before the slower `Mapping` check: the service sizes
+    # every message of a large request, which took twice as long recursively.
+    size = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, (dict, Mapping)):
+            for key, part in item.items():
+                size += len(key)
+                if isinstance(part, str):
+                    size += len(part)
+                else:
+                    pending.append(part)
+        elif isinstance(item, list):
+            pending.extend(item)
+    return size
 
 
 def utf8_size(text: str) -> int:

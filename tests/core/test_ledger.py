@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any, get_args
 
@@ -541,6 +540,23 @@ MORE_FRAGMENTS = [
     "port 5432",
     "\u0663\u0664\u0665",  # Arabic-Indic digits: `\d` matches them too
     "sha256:" + SHA256,
+    # Parts of the shapes each rule needs, to be joined into near misses.
+    "192.168.1",
+    "1.2.3.4",
+    ".CO",
+    "x.io:",
+    "D:",
+    "-0a1b-",
+    "-07-",
+    "2024-11-30",
+    "AB-1",
+    "docs/my-notes.md",
+    "build-7f3a9c21",
+    "commit 0a1b2c3.",
+    "~/.ssh",
+    "_a1",
+    "-x9",
+    "1e10",
 ]
 texts_with_facts = st.lists(
     st.sampled_from(MORE_FRAGMENTS) | st.text(max_size=12), max_size=16
@@ -549,7 +565,37 @@ texts_with_facts = st.lists(
 
 @given(texts_with_facts)
 def test_skipping_the_rules_a_text_cannot_match_finds_the_same_facts(source: str) -> None:
-    every_rule = [replace(rule, needs=re.compile("")) for rule in ledger_module._RULES]
+    every_rule = [replace(rule, needs=lambda _: True) for rule in ledger_module._RULES]
+    assert list(ledger_module._pattern_facts(source)) == list(
+        ledger_module._pattern_facts(source, every_rule)
+    )
+
+
+RULES = {rule.name: rule for rule in ledger_module._RULES}
+
+
+@pytest.mark.parametrize(
+    ("rule", "source", "scanned"),
+    [
+        ("prefixed id", "Order 7", True),
+        ("prefixed id", "see PR #4", True),
+        ("prefixed id", "pr#4", True),
+        ("prefixed id", "prepare 5 PRs, then pr", True),
+        ("prefixed id", "prepare 5 PRs", False),
+        ("prefixed id", "ticket_9 and tickets 9", False),
+        ("prefixed id", "an order without a number", False),
+        ("prefixed id", "boo\u212aing 12", True),  # `(?i:k)` matches the Kelvin sign
+        ("labelled number", "Line 9", True),
+        ("labelled number", "HTTP:80", True),
+        ("labelled number", "exit code 3", True),
+        ("labelled number", "line9 and pipeline 9", False),
+    ],
+)
+def test_a_word_led_rule_skips_only_texts_without_its_word(
+    rule: str, source: str, scanned: bool
+) -> None:
+    every_rule = [replace(each, needs=lambda _: True) for each in ledger_module._RULES]
+    assert bool(RULES[rule].needs(source)) == scanned
     assert list(ledger_module._pattern_facts(source)) == list(
         ledger_module._pattern_facts(source, every_rule)
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -105,6 +105,7 @@ def test_nothing_changed_is_no_checkpoint() -> None:
 def test_records_round_trip_through_json() -> None:
     made = checkpoint(2, [user("s")])
     assert Checkpoint.from_json(made.to_json()) == made
+    assert made.to_json() == {**asdict(made), "notes": list(made.notes)}
     record = CompactionRecord(1.0, "pressure", "summarize", 100, 40, "gpt-4o-mini", 900)
     assert CompactionRecord.from_json(record.to_json()) == record
     assert SessionState(turns=5, last_compaction_turn=3).turns_since_compaction == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from proxy.core.digests import Digests
 from proxy.core.tokens import (
@@ -86,6 +87,9 @@ def test_cache_size_bounds_remembered_messages() -> None:
 def test_text_size_sums_the_strings_of_a_message() -> None:
     message = {"role": "user", "content": [{"type": "text", "text": "abc"}], "n": 1}
     assert text_size(message) == len("role") + 4 + len("content") + 4 + 4 + 4 + 3 + 1
+    # Any mapping counts as a dict does (a message need not be one).
+    assert text_size(MappingProxyType(message)) == text_size(message)
+    assert text_size([MappingProxyType({"k": "v"}), "ab", None]) == 4
 
 
 def test_utf8_size() -> None:
