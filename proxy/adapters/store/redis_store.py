@@ -524,7 +524,8 @@ class RedisStore:
     @classmethod
     def connect(cls, settings: RedisSettings) -> RedisStore:
         """A store on the client `settings.mode` selects; connects on first use."""
-        # redis-py's own timeouts are the backstop; `_call` applies `timeout_s` itself.
+        # redis-py's own connect timeout and pool wait are the backstop; `_call` applies
+        # `timeout_s` itself.
         backstop = settings.timeout_s * PATIENCE
         size = settings.max_connections
         limits: dict[str, Any] = {
@@ -1150,7 +1151,11 @@ def _member(tenant: str | None, member: str) -> tuple[str, str]:
 def _client_options(timeout_s: float, *, retries: int = 1) -> dict[str, Any]:
     """Connection options for every client, bounding how long a request waits on Redis."""
     return {
-        "socket_timeout": timeout_s,
+        # No socket timeout: `_call` bounds every call itself, its reads and writes included.
+        # redis-py writes each command under `asyncio.wait_for` when one is set, a task per
+        # command: under load every call waited a lap of the event loop behind every other
+        # request before its bytes left, as long again as the wait for Redis's reply.
+        "socket_timeout": None,
         "socket_connect_timeout": timeout_s,
         # redis-py retries 10 times by default, which would turn a down Redis into a 20 s
         # wait per call: one quick retry still heals a connection Redis closed while idle.
