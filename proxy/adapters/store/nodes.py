@@ -34,6 +34,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.client import Pipeline
 from redis.cluster import PRIMARY
 from redis.exceptions import (
     ClusterDownError,
@@ -104,6 +105,13 @@ class Nodes:
                     WHOLE, lambda: cluster.nodes_manager.initialize(last_failed_node_name=fenced)
                 )
                 cluster._initialize = False
+
+    def pipeline(self) -> Any:
+        """A pipeline (not a transaction) of this client."""
+        client = self.client
+        if isinstance(client, Redis):
+            return _Pipeline(client.connection_pool, client.response_callbacks, False, None)
+        return client.pipeline(transaction=False)
 
     def of(self, key: str) -> str:
         """The place serving `key`: its master in a cluster whose slot map the client has
@@ -260,7 +268,7 @@ class Call:
         replies: list[Any] = [None] * len(ops)
 
         async def run(indexes: Sequence[int]) -> None:
-            pipe = self._nodes.client.pipeline(transaction=False)
+            pipe = self._nodes.pipeline()
             for index in indexes:
                 _queue(pipe, ops[index])
             answered = await pipe.execute(raise_on_error=False)
@@ -290,6 +298,25 @@ def _checked(reply: Any) -> Any:
     if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
         raise reply
     return reply
+
+
+class _Pipeline(Pipeline):
+    """redis-py's pipeline, giving its connection back to the pool at once.
+
+    Its own reset releases the connection under `asyncio.shield`, a task of its own, to
+    keep a second cancellation from splitting the pool's bookkeeping mid-update; the call
+    waits a lap of the event loop for that task, as long under load as the wait for the
+    reply. The pool's release does not suspend (an uncontended lock), so nothing can cancel
+    it halfway. These pipelines never WATCH, the one case the reset does more."""
+
+    # redis-py's stubs give `reset` the RESET command's type (the pipeline's shadows it).
+    async def reset(self) -> None:  # type: ignore[override]
+        connection, self.connection = self.connection, None
+        try:
+            await super().reset()  # type: ignore[no-untyped-call]
+        finally:
+            if connection is not None:
+                await self.connection_pool.release(connection)
 
 
 def _queue(pipe: Any, op: Op) -> None:
