@@ -8,9 +8,9 @@ every pending connection in one go. Clients keep their connections alive, so the
 lasts: eight agents went 8-0 or 7-1 over two workers in most runs, and two workers served
 no more than one. Here the parent process accepts every connection and passes it (its file
 descriptor, over a Unix socket) to the worker with the fewest open connections, the rule of
-Envoy's exact connection balance; each worker tells the parent when one of its connections
-closes. A connection stays with its worker for its life, so a conversation's requests find
-that worker's per-message caches warm.
+Envoy's exact connection balance; each worker tells the parent how many of its connections
+have closed whenever one does. A connection stays with its worker for its life, so a
+conversation's requests find that worker's per-message caches warm.
 
 The parent does nothing else: it starts the workers, restarts one that dies, stops them all
 on SIGTERM or SIGINT, and exits when a worker cannot start (a broken config or app would
@@ -37,7 +37,8 @@ logger = logging.getLogger("proxy")
 READY = b"R"
 """A worker's message: its app has started and it takes connections."""
 CLOSED = b"C"
-"""A worker's message: one of the connections it was handed has closed."""
+"""A worker's message, followed by a number in ASCII: how many of the connections it was
+handed have closed."""
 HANDOFF = b"H"
 """The parent's message, carrying one accepted connection's descriptor."""
 
@@ -184,8 +185,8 @@ class Balancer:
                 return
             if message == READY:
                 worker.ready = worker.started = True
-            elif message == CLOSED:
-                worker.open = max(0, worker.open - 1)
+            elif message.startswith(CLOSED) and message[1:].isdigit():
+                worker.open = max(0, worker.handed - int(message[1:]))
 
     def _replace_the_dead(self) -> None:
         for index, worker in enumerate(self._workers):

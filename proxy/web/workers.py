@@ -26,6 +26,7 @@ from proxy.observability.logs import configure_logging
 from proxy.settings import load_settings
 from proxy.web.balancer import CLOSED, READY
 
+_RECOUNT_S = 1.0
 WORKER_ARGS = "COMPACTION_PROXY_WORKER_ARGS_JSON"
 """The parent's config path and flags, for its workers (not a settings key)."""
 
@@ -55,6 +56,8 @@ class _Worker(uvicorn.Server):
         super().__init__(config)
         self._channel = channel
         self._adopting: set[asyncio.Task[None]] = set()  # held: the loop keeps weak ones
+        self._received = 0  # connections the parent handed over
+        self._reported = 0  # closed connections last reported to the parent
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=[])  # the app's lifespan; no listener
@@ -69,6 +72,7 @@ class _Worker(uvicorn.Server):
         self._channel.setblocking(False)
         loop.add_reader(self._channel.fileno(), self._take, loop, protocol)
         self._channel.send(READY)
+        loop.call_later(_RECOUNT_S, self._recount, loop)
 
     def _take(
         self, loop: asyncio.AbstractEventLoop, protocol: Callable[[], asyncio.Protocol]
@@ -85,6 +89,7 @@ class _Worker(uvicorn.Server):
                 self.should_exit = True
                 return
             for descriptor in descriptors:
+                self._received += 1
                 connection = socket.socket(fileno=descriptor)
                 connection.setblocking(False)
                 task = loop.create_task(self._adopt(loop, protocol, connection))
@@ -104,9 +109,23 @@ class _Worker(uvicorn.Server):
             self._closed()
 
     def _closed(self) -> None:
-        # The parent gone, or its queue full: its count errs high, never low.
-        with contextlib.suppress(OSError):
-            self._channel.send(CLOSED)
+        """Tell the parent how many of the connections it handed over have closed.
+
+        A count, not an event per connection: a connection upgraded to a WebSocket goes on
+        under uvicorn's WebSocket protocol, whose end `_Counted` does not see, and the count
+        (what uvicorn still serves, taken from what was handed) catches it at the next
+        recount. The parent gone, or its queue full: its count errs high, never low."""
+        alive = len(self.server_state.connections) + len(self._adopting)
+        closed = max(self._reported, self._received - alive)
+        if closed != self._reported:
+            with contextlib.suppress(OSError):
+                self._channel.send(CLOSED + str(closed).encode())
+                self._reported = closed
+
+    def _recount(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self.should_exit:
+            self._closed()
+            loop.call_later(_RECOUNT_S, self._recount, loop)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         with contextlib.suppress(ValueError, OSError):
