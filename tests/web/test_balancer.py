@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.processes import process_tree
 from tests.redis_server import RedisServer
 from tests.servers import COMPACTION_KEY, COMPACTION_KEY_ENV, free_port
 
@@ -66,21 +67,11 @@ def _wait(condition: Callable[[], bool], process: subprocess.Popen[bytes] | None
         time.sleep(0.05)
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
-            found += [int(child) for child in task.read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def _workers(pid: int) -> list[int]:
     """The worker processes, a dead one included until the parent has reaped it (not
     multiprocessing's resource tracker)."""
     workers = []
-    for child in _children(pid):
+    for child in process_tree(pid)[1:]:
         try:
             command = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
