@@ -44,6 +44,7 @@ def _server(
         _wait(lambda: _healthy(port) and len(_workers(process.pid)) == workers, process)
         # Every worker is ready when a burst reaches each of them.
         _wait(lambda: _spread(process.pid, port, workers) == workers)
+        _quiet(process.pid, port)
         yield process, port
     finally:
         if process.poll() is None:
@@ -99,6 +100,20 @@ def _socket_inodes(pid: int) -> set[str]:
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     return inodes
+
+
+def _quiet(parent: int, port: int) -> None:
+    """Wait until the workers hold no connection of `port` and the parent has read that
+    they closed: the tests' own probes must not weigh on the split they measure."""
+    _wait(lambda: not _port_sockets(port) & _held(parent))
+    time.sleep(0.3)  # a worker tells the parent as it closes; the parent reads it next
+
+
+def _port_sockets(port: int) -> set[str]:
+    """The inodes of the sockets on the server's side of `port`'s connections."""
+    local = f"0100007F:{port:04X}"
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return {row[9] for row in rows if row[1] == local}
 
 
 def _server_end_inode(port: int, client_port: int) -> str:
@@ -173,7 +188,7 @@ def test_a_burst_of_kept_alive_connections_is_split_evenly(redis_server: RedisSe
             # The workers close their ends and tell the parent, which counts them off: the
             # next four connections even the split again.
             _wait(lambda: not closed & _held(process.pid))
-            time.sleep(0.2)  # the parent reads the workers' word a moment later
+            time.sleep(0.3)  # a worker tells the parent as it closes; the parent reads it next
             more = _burst(port, 4)
             after = _holders(process.pid, port, connections[4:] + more)
             assert sorted(after.values()) == [4, 4], (held, after)
