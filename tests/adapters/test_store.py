@@ -468,6 +468,19 @@ async def test_open_turn_passes_over_a_checkpoint_under_a_prefix_not_its_own(
     assert opened.checkpoint == short
 
 
+async def test_open_turn_finds_a_checkpoint_only_as_a_whole_prefix_hash(backend: Backend) -> None:
+    # The Redis script looks for each checkpoint's hash in the joined argument: one that
+    # also appears inside another hash there counts only where it stands whole.
+    hashes = chain_hashes(conversation(3))
+    found = await backend.store.put_checkpoint(A, "s", checkpoint(hashes, 2))
+    inside = [f"aa{hashes[1]}", hashes[1], hashes[2]]
+    opened = await backend.store.open_turn(A, "s", model="m", at=1.0, hashes=inside)
+    assert opened.checkpoint == found
+    for only_inside in ([hashes[0], f"{hashes[1]}aa"], [hashes[0], f"a{hashes[1]}a"]):
+        opened = await backend.store.open_turn(A, "s", model="m", at=2.0, hashes=only_inside)
+        assert opened.checkpoint is None
+
+
 async def test_end_turn_is_record_turn_archive_and_usage_at_once(backend: Backend) -> None:
     store = backend.store
     await store.begin_turn(A, "s", model="m", at=1.0)

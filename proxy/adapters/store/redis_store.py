@@ -10,7 +10,8 @@ key. Redis key schema (values are JSON unless noted; `{...}` is the hash tag):
     cp:{s:<tenant>:<session>}:state      hash: turns, last_compaction_turn, model,
                                          last_seen, last_pressure, last_usage (JSON),
                                          compactions, tokens_sent, tokens_forwarded,
-                                         recalls, last_context (JSON)
+                                         recalls, last_context (JSON),
+                                         archive_tip (a digest of the archive list)
     cp:{s:<tenant>:<session>}:history    list: the last 100 CompactionRecords
     cp:{s:<tenant>:<session>}:archive    list: content hashes of the archived messages
     cp:{s:<tenant>:<session>}:timeline   list: the last 200 TurnPoints
@@ -77,6 +78,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
+import xxhash
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster, Sentinel
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
@@ -202,32 +204,56 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
 # messages (and the AOF and replicas see only those). Returns the length of the common
 # prefix, and 1 when the bodies already stored are due to have their expiry moved (at most
 # once per refresh_ms, kept in `refreshed`: a long history is not walked on every request).
+#
+# The caller may claim that the list holds the first `claimed` hashes already, named by
+# `old_tip` (a digest of those hashes joined); `state`'s `archive_tip` field names what the
+# list holds. When both agree, only the hashes from character `offset` of `joined` on are
+# read and appended: a turn's work follows its new messages, not its history. Otherwise
+# (another replica's turn, a rewind, an expired list) the whole list is compared.
 _SEQUENCE = """
-local function sequence(list, refreshed, refresh_ms, joined)
+local function push(list, hashes, from)
+  for i = from, #hashes, 1000 do
+    redis.call('RPUSH', list, unpack(hashes, i, math.min(i + 999, #hashes)))
+  end
+end
+local function sequence(list, state, refreshed, refresh_ms, joined, claimed, old_tip, new_tip,
+                        offset)
   local hashes = {}
-  for h in string.gmatch(joined, '[^,]+') do hashes[#hashes + 1] = h end
-  local old = redis.call('LRANGE', list, 0, -1)
-  local new = #hashes
-  local common = 0
-  while common < new and common < #old and old[common + 1] == hashes[common + 1] do
-    common = common + 1
+  local common = tonumber(claimed)
+  if common > 0 and redis.call('HGET', state, 'archive_tip') == old_tip
+      and redis.call('LLEN', list) == common then
+    for h in string.gmatch(string.sub(joined, tonumber(offset)), '[^,]+') do
+      hashes[#hashes + 1] = h
+    end
+    push(list, hashes, 1)
+  else
+    for h in string.gmatch(joined, '[^,]+') do hashes[#hashes + 1] = h end
+    local old = redis.call('LRANGE', list, 0, -1)
+    local new = #hashes
+    common = 0
+    while common < new and common < #old and old[common + 1] == hashes[common + 1] do
+      common = common + 1
+    end
+    if common == 0 then
+      redis.call('DEL', list)
+    elseif common < #old then
+      redis.call('LTRIM', list, 0, common - 1)
+    end
+    push(list, hashes, common + 1)
   end
-  if common == 0 then
-    redis.call('DEL', list)
-  elseif common < #old then
-    redis.call('LTRIM', list, 0, common - 1)
-  end
-  for i = common + 1, new do redis.call('RPUSH', list, hashes[i]) end
+  redis.call('HSET', state, 'archive_tip', new_tip)
   local due = redis.call('SET', refreshed, '1', 'NX', 'PX', refresh_ms)
   return {common, due and 1 or 0}
 end
 """
 
-# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, the new list's hashes.
+# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, the new list's hashes,
+# then the claim (`_SEQUENCE`: claimed, old tip, new tip, offset).
 _ARCHIVE_SEQUENCE = (
     _SEQUENCE
     + """
-local result = sequence(KEYS[1], KEYS[4], ARGV[2], ARGV[3])
+local result = sequence(KEYS[1], KEYS[2], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+                        ARGV[7])
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 return result
 """
@@ -237,20 +263,29 @@ return result
 # {its prefix's length, its JSON}, the session's checkpoints' expiry moved; false when there
 # is none. `joined`: the chain hash of each prefix of the body, shortest first, joined by
 # commas. One argument travels, not a key per message of a long history, and one checkpoint
-# comes back, not every one the conversation's compactions left.
+# comes back, not every one the conversation's compactions left. The session's few
+# checkpoints (at most `MAX_CHECKPOINTS`) are looked for in the argument, not each of its
+# hashes in the hash: a long history with no checkpoint costs one HKEYS.
 _LONGEST = """
 local function longest(checkpoints, order, ttl_ms, joined)
-  local hashes = {}
-  for h in string.gmatch(joined, '[^,]+') do hashes[#hashes + 1] = h end
-  for i = #hashes, 1, -1 do
-    local found = redis.call('HGET', checkpoints, hashes[i])
-    if found then
-      redis.call('PEXPIRE', checkpoints, ttl_ms)
-      redis.call('PEXPIRE', order, ttl_ms)
-      return {i, found}
+  local best, name = 0, nil
+  for _, candidate in ipairs(redis.call('HKEYS', checkpoints)) do
+    local from = 1
+    while true do
+      local first, last = string.find(joined, candidate, from, true)
+      if not first then break end
+      if first > best and (first == 1 or string.byte(joined, first - 1) == 44)
+          and (last == #joined or string.byte(joined, last + 1) == 44) then
+        best, name = first, candidate
+      end
+      from = first + 1
     end
   end
-  return false
+  if not name then return false end
+  redis.call('PEXPIRE', checkpoints, ttl_ms)
+  redis.call('PEXPIRE', order, ttl_ms)
+  local _, commas = string.gsub(string.sub(joined, 1, best - 1), ',', '')
+  return {commas + 1, redis.call('HGET', checkpoints, name)}
 end
 """
 
@@ -295,8 +330,9 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1), fo
 # KEYS: state, history, archive, timeline, request, recall, refreshed. ARGV: ttl_ms, then
 # `_RECORD_TURN`'s (point JSON, timeline limit, tokens before, tokens after, pressure,
 # context JSON, request JSON or '', recalls), then usage JSON ('' for none), refresh_ms, the
-# archive's joined hashes ('' to archive nothing). `_RECORD_TURN`, `_RECORD_USAGE` and
-# `_ARCHIVE_SEQUENCE` in one: what every answered request leaves, in one round trip.
+# archive's joined hashes ('' to archive nothing), the claim (`_SEQUENCE`). `_RECORD_TURN`,
+# `_RECORD_USAGE` and `_ARCHIVE_SEQUENCE` in one: what every answered request leaves, in one
+# round trip.
 _END_TURN = (
     _SEQUENCE
     + """
@@ -309,7 +345,10 @@ if ARGV[8] ~= '' then redis.call('SET', KEYS[5], ARGV[8]) end
 if ARGV[9] ~= '0' then redis.call('HINCRBY', KEYS[1], 'recalls', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'last_usage', ARGV[10]) end
 local result = {0, 0}
-if ARGV[12] ~= '' then result = sequence(KEYS[3], KEYS[7], ARGV[11], ARGV[12]) end
+if ARGV[12] ~= '' then
+  result = sequence(KEYS[3], KEYS[1], KEYS[7], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15],
+                    ARGV[16])
+end
 for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 return result
 """
@@ -463,6 +502,31 @@ def _turn_args(
         "" if request is None else json.dumps(dict(request)),
         point.recalls,
     )
+
+
+def _tip(joined: str) -> str:
+    """What names an archived sequence of hashes (joined by commas): its digest."""
+    return xxhash.xxh3_128_hexdigest(joined.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """A sequence to archive (its hashes `joined`, named by `tip`), and what the replica
+    claims the session's archive holds already: its first `length` hashes, named by
+    `old_tip`, the rest starting at character `offset` (1-based, as Lua counts). `count`
+    hashes in all."""
+
+    joined: str
+    tip: str
+    count: int
+    length: int = 0
+    old_tip: str = ""
+    offset: int = 1
+
+    @property
+    def args(self) -> tuple[str | int, ...]:
+        """`_SEQUENCE`'s arguments from `joined` on."""
+        return (self.joined, self.length, self.old_tip, self.tip, self.offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -804,42 +868,48 @@ class RedisStore:
         keys = [*_session_keys(tenant, session_id), _refreshed_key(tenant, session_id)]
         messages = ended.messages
         sequence = content_hashes(messages, ended.hashes) if messages else ()
+        claim = self._claim(tenant, session_id, sequence)
         args = (
             *_turn_args(ended.point, ended.context, ended.request),
             "" if ended.usage is None else json.dumps(dict(ended.usage)),
             self._refresh_ms,
-            ",".join(sequence),
+            *claim.args,
         )
         # The bodies past what this replica archived of the session last time go with the
         # script, in one round trip (a pipeline per node): a growing history's new messages.
         # The script's answer is the truth: bodies it counts as new that were not sent
         # (another replica's turns, a rewind) follow; any sent that it knew are set-if-absent.
-        sent = self._archived_length(tenant, session_id, sequence)
         ops = [
             Op.script(self._shas[_END_TURN], keys, (self._ttl_ms, *args)),
-            *self._bodies(tenant, sequence, messages, sent, due=0),
+            *self._bodies(tenant, sequence, messages, claim.length, due=0),
         ]
         async with self._call() as call:
             replies = await self._batch(call, ops, {0: _END_TURN})
             if sequence:
                 known, due = replies[0]
-                rest = self._bodies(tenant, sequence[:sent], messages[:sent], known, due)
+                rest = self._bodies(
+                    tenant, sequence[: claim.length], messages[: claim.length], known, due
+                )
                 if rest:
                     await call.batch(rest)
         if sequence:
-            self._remember_archived(tenant, session_id, sequence)
+            self._remember_archived(tenant, session_id, claim)
 
-    def _archived_length(self, tenant: str, session_id: str, sequence: Sequence[str]) -> int:
-        """How much of `sequence` this replica archived last time for the session, as far as
-        it can tell (its length then, when the hash there is the same): 0 if unknown."""
-        length, last = self._archived.get((tenant, session_id), (0, ""))
-        if 0 < length <= len(sequence) and sequence[length - 1] == last:
-            return length
-        return 0
+    def _claim(self, tenant: str, session_id: str, sequence: Sequence[str]) -> _Claim:
+        """`sequence` joined, and how much of it this replica archived last time for the
+        session as far as it can tell (what it archived then, when it is a prefix of this)."""
+        joined = ",".join(sequence)
+        tip = _tip(joined) if sequence else ""
+        length, old_tip = self._archived.get((tenant, session_id), (0, ""))
+        if 0 < length <= len(sequence):
+            chars = sum(map(len, sequence[:length])) + length - 1
+            if _tip(joined[:chars]) == old_tip:
+                return _Claim(joined, tip, len(sequence), length, old_tip, chars + 2)
+        return _Claim(joined, tip, len(sequence))
 
-    def _remember_archived(self, tenant: str, session_id: str, sequence: Sequence[str]) -> None:
+    def _remember_archived(self, tenant: str, session_id: str, claim: _Claim) -> None:
         name = (tenant, session_id)
-        self._archived[name] = (len(sequence), sequence[-1])
+        self._archived[name] = (claim.count, claim.tip)
         self._archived.move_to_end(name)
         if len(self._archived) > _INDEXED_KEPT:
             self._archived.popitem(last=False)
@@ -938,10 +1008,12 @@ class RedisStore:
         hashes = content_hashes(messages, hashes)
         state, history, seq, *_rest = _session_keys(tenant, session_id)
         keys = [seq, state, history, _refreshed_key(tenant, session_id)]
-        args = (self._ttl_ms, self._refresh_ms, ",".join(hashes))
+        claim = self._claim(tenant, session_id, hashes)
+        args = (self._ttl_ms, self._refresh_ms, *claim.args)
         async with self._call() as call:
             known, due = await call.on(seq, lambda: self._script(_ARCHIVE_SEQUENCE, keys, *args))
             await call.batch(self._bodies(tenant, hashes, messages, known, due))
+        self._remember_archived(tenant, session_id, claim)
 
     def _bodies(
         self,
