@@ -77,8 +77,15 @@ def nested(levels: int, *, as_object: bool = False) -> bytes:
     return b"[" * levels + b'"x"' + b"]" * levels
 
 
+# A long text makes a value sparse enough to be walked (`BYTES_PER_VALUE`); without it the
+# nested values are checked by their bytes.
+TEXT = b'"' + b"p" * 20 * MAX_DEPTH + b'"'
+
+
 @pytest.mark.parametrize("as_object", [False, True])
-@pytest.mark.parametrize("extra", [b"", b"[12345678901234567890123]"])
+@pytest.mark.parametrize(
+    "extra", [b"", b"[12345678901234567890123]", TEXT, TEXT + b",12345678901234567890123"]
+)
 def test_nesting_up_to_the_limit_parses_and_writes(as_object: bool, extra: bytes) -> None:
     # `extra`: an integer past 64 bits sends the value down the standard library's path.
     raw = (
@@ -91,13 +98,69 @@ def test_nesting_up_to_the_limit_parses_and_writes(as_object: bool, extra: bytes
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 600, 1000, 1025, 5000])
 @pytest.mark.parametrize("as_object", [False, True])
-@pytest.mark.parametrize("extra", [b"", b"12345678901234567890123,", b'"\\ud800",'])
+@pytest.mark.parametrize(
+    "extra",
+    [b"", b"12345678901234567890123,", b'"\\ud800",', TEXT + b",", TEXT + b",1e300,"],
+)
 def test_nesting_past_the_limit_is_refused(levels: int, as_object: bool, extra: bytes) -> None:
     # Past orjson's parser (1,024) the standard library's recursion gives out instead: both
     # end in the same error, never a RecursionError.
     raw = b"[" + extra + nested(levels - 1, as_object=as_object) + b"]"
     with pytest.raises(JSONLimitError, match=f"nested more than {MAX_DEPTH} levels"):
         loads(raw)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, and of the same types throughout (1 == 1.0 in Python; not here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        assert isinstance(b, list)
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))  # type: ignore[arg-type]
+
+
+wide = st.one_of(
+    st.integers(min_value=2**62, max_value=2**80),
+    st.integers(min_value=-(2**80), max_value=-(2**62)),
+    st.floats(min_value=1e18, max_value=1e300),
+    st.floats(min_value=-1e300, max_value=-1e18),
+    st.from_regex(r"\A[0-9]{17,21}\Z"),  # digits in a text
+)
+sparse = st.recursive(
+    wide | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(sparse, st.integers(min_value=0, max_value=4000))
+def test_numbers_parse_exactly_walked_or_not(value: object, padding: int) -> None:
+    # With `padding` bytes of text the value is walked; without, its bytes are checked.
+    raw = json.dumps([value, "p" * padding])
+    assert _same(loads(raw), json.loads(raw))
+    assert _same(loads(raw.encode()), json.loads(raw))
+
+
+@pytest.mark.parametrize("padding", [0, 4000])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"12345678901234567890123", 12345678901234567890123),
+        (b"-9223372036854775809", -9223372036854775809),
+        (b"18446744073709551615", 18446744073709551615),  # orjson's own: exact
+        (b"1e300", 1e300),  # as large, but no integer's digits: orjson's float stands
+        (b'"12345678901234567890123"', "12345678901234567890123"),
+    ],
+)
+def test_wide_numbers_parse_exactly(raw: bytes, expected: object, padding: int) -> None:
+    value = loads(b"[" + raw + b',"' + b"p" * padding + b'"]')
+    assert _same(value[0], expected)
 
 
 def test_an_integer_past_the_interpreters_digit_limit_is_refused() -> None:
