@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
 import uvloop
 import yaml
 
+from bench.agent_client import AgentConnection
 from bench.measures import percentile
 from bench.processes import ProcessMeter, Server, free_port, python_module, start
 from bench.stack import COMPACTION_KEY, proxy_command
@@ -211,41 +211,37 @@ class Run:
         return Counter(s.compacted or "none" for s in self.samples)
 
 
-async def _send(session: aiohttp.ClientSession, url: str, key: str, body: bytes) -> Sample | str:
-    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
-    started = time.perf_counter()
+async def _send(connection: AgentConnection, body: bytes) -> Sample | str:
     try:
-        async with session.post(url, data=body, headers=headers) as response:
-            payload = await response.read()
-            if response.status != 200:
-                return f"HTTP {response.status}: {payload[:200]!r}"
-            ms = (time.perf_counter() - started) * 1000
-            return Sample(ms, response.headers.get("x-compaction-applied"))
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        answer = await connection.post(body)
+    except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
         return f"{type(exc).__name__}: {exc}"
+    if answer.status != 200:
+        return f"HTTP {answer.status}: {answer.body[:200]!r}"
+    return Sample(answer.ms, answer.headers.get("x-compaction-applied"))
 
 
-async def agents_run(
-    session: aiohttp.ClientSession, url: str, key: str, agents: Sequence[Sequence[bytes]]
-) -> Run:
+async def agents_run(url: str, key: str, agents: Sequence[Sequence[bytes]]) -> Run:
     """Every agent at once, each sending its next step when the last one is answered.
 
-    Each agent has a client of its own, as agents are processes of their own: its requests
-    go over its own kept-alive connection, so to the worker that accepted it. A pool shared
-    by every agent would hand one conversation's requests to any worker, and each worker
-    would count and scan its new messages anew.
+    Each agent has a connection of its own, as agents are processes of their own: its
+    requests go over it kept alive, so to the worker that accepted it. A pool shared by
+    every agent would hand one conversation's requests to any worker, and each worker would
+    count and scan its new messages anew.
     """
     run = Run()
 
     async def agent(bodies: Sequence[bytes]) -> None:
-        connector = aiohttp.TCPConnector(limit=1)
-        async with aiohttp.ClientSession(connector=connector, timeout=session.timeout) as own:
+        connection = AgentConnection(url, key, timeout_s=TIMEOUT_S)
+        try:
             for body in bodies:
-                outcome = await _send(own, url, key, body)
+                outcome = await _send(connection, body)
                 if isinstance(outcome, str):
                     run.errors.append(outcome)
                 else:
                     run.samples.append(outcome)
+        finally:
+            await connection.aclose()
 
     started = time.perf_counter()
     await asyncio.gather(*(agent(bodies) for bodies in agents))
@@ -254,23 +250,31 @@ async def agents_run(
 
 
 async def paired_run(
-    session: aiohttp.ClientSession, urls: dict[str, str], keys: dict[str, str], bodies: list[bytes]
+    urls: dict[str, str], keys: dict[str, str], bodies: list[bytes]
 ) -> tuple[Run, list[float]]:
     """One agent's steps, each sent direct and proxied in alternating order; the proxied run
     and the added latency of each step (proxied minus direct)."""
     proxied, added = Run(), []
-    for step, body in enumerate(bodies):
-        order = ["direct", "proxy"] if step % 2 == 0 else ["proxy", "direct"]
-        measured: dict[str, Sample] = {}
-        for name in order:
-            outcome = await _send(session, urls[name], keys[name], body)
-            if isinstance(outcome, str):
-                (proxied.errors if name == "proxy" else []).append(outcome)
-                continue
-            measured[name] = outcome
-        if len(measured) == 2:
-            proxied.samples.append(measured["proxy"])
-            added.append(measured["proxy"].ms - measured["direct"].ms)
+    connections = {
+        name: AgentConnection(urls[name], keys[name], timeout_s=TIMEOUT_S)
+        for name in ("direct", "proxy")
+    }
+    try:
+        for step, body in enumerate(bodies):
+            order = ["direct", "proxy"] if step % 2 == 0 else ["proxy", "direct"]
+            measured: dict[str, Sample] = {}
+            for name in order:
+                outcome = await _send(connections[name], body)
+                if isinstance(outcome, str):
+                    (proxied.errors if name == "proxy" else []).append(outcome)
+                    continue
+                measured[name] = outcome
+            if len(measured) == 2:
+                proxied.samples.append(measured["proxy"])
+                added.append(measured["proxy"].ms - measured["direct"].ms)
+    finally:
+        for connection in connections.values():
+            await connection.aclose()
     return proxied, added
 
 
@@ -343,35 +347,30 @@ async def _measure(
     progress: bool,
 ) -> GrowthResult:
     keys = {name: f"sk-growth-{name}" for name in urls}
-    timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
-    connector = aiohttp.TCPConnector(limit=4 * agents * len(urls))
     result = GrowthResult(steps, agents, Paired(), Paired(), {name: Run() for name in urls})
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        warm = agent_bodies("warm-up", steps=4, model=LARGE_MODEL)
-        for name, url in urls.items():
-            await agents_run(session, url, keys[name], [warm])
-        pair = {"direct": urls["direct"], "proxy": urls["proxy"]}
-        for r in range(rounds):
-            for model, case in ((LARGE_MODEL, result.one_large), (SMALL_MODEL, result.one_small)):
-                bodies = agent_bodies(f"single {model} {r}", steps=steps, model=model)
-                (run, added), cpu_s = await _metered(
-                    meters.get("proxy"), paired_run(session, pair, keys, bodies)
-                )
-                run.cpu_s = cpu_s
-                case.take(run, added)
-            order = list(urls)[r % len(urls) :] + list(urls)[: r % len(urls)]
-            for name in order:
-                fleet = [
-                    agent_bodies(f"fleet {name} {r} {a}", steps=steps, model=SMALL_MODEL)
-                    for a in range(agents)
-                ]
-                run, cpu_s = await _metered(
-                    meters.get(name), agents_run(session, urls[name], keys[name], fleet)
-                )
-                run.cpu_s = cpu_s
-                result.fleet[name].add(run)
-            if progress:
-                print(f"round {r + 1}/{rounds} done", flush=True)
+    warm = agent_bodies("warm-up", steps=4, model=LARGE_MODEL)
+    for name, url in urls.items():
+        await agents_run(url, keys[name], [warm])
+    pair = {"direct": urls["direct"], "proxy": urls["proxy"]}
+    for r in range(rounds):
+        for model, case in ((LARGE_MODEL, result.one_large), (SMALL_MODEL, result.one_small)):
+            bodies = agent_bodies(f"single {model} {r}", steps=steps, model=model)
+            (run, added), cpu_s = await _metered(
+                meters.get("proxy"), paired_run(pair, keys, bodies)
+            )
+            run.cpu_s = cpu_s
+            case.take(run, added)
+        order = list(urls)[r % len(urls) :] + list(urls)[: r % len(urls)]
+        for name in order:
+            fleet = [
+                agent_bodies(f"fleet {name} {r} {a}", steps=steps, model=SMALL_MODEL)
+                for a in range(agents)
+            ]
+            run, cpu_s = await _metered(meters.get(name), agents_run(urls[name], keys[name], fleet))
+            run.cpu_s = cpu_s
+            result.fleet[name].add(run)
+        if progress:
+            print(f"round {r + 1}/{rounds} done", flush=True)
     return result
 
 
