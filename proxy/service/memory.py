@@ -47,6 +47,8 @@ logger = logging.getLogger("proxy.store")
 FACT_TTL_S = 5.0
 # Tenant and model pairs whose facts a replica keeps at most.
 MAX_FACTS = 10_000
+# How far a calibration moves before a replica writes it again within `FACT_TTL_S`.
+CALIBRATION_STEP = 0.01
 # How long a learned window or calibration lasts in the store unless configured: one day.
 LEARNED_TTL_S = 86_400.0
 # While the breaker is open, the store is asked to PING at most this often.
@@ -79,6 +81,8 @@ class Memory:
         self._probes: dict[str, asyncio.Task[None]] = {}
         self._closed = False
         self._facts: dict[tuple[str, str, str], tuple[float, float | None]] = {}
+        # When this replica last wrote each calibration, and what (`set_calibration`).
+        self._written: dict[tuple[str, str, str], tuple[float, float]] = {}
 
     async def _try(self, call: Coroutine[Any, Any, _T], default: _T, *, write: bool = False) -> _T:
         """`call`'s value, or `default` when the store failed or its breaker is open;
@@ -355,8 +359,26 @@ class Memory:
         return await self._fact("calibration", tenant, model, self.store.calibration)
 
     async def set_calibration(self, tenant: str, model: str | None, factor: float) -> None:
-        """Remember the tenant's calibration for the model for `learned_ttl_s`."""
-        self._remember(("calibration", tenant, model or ""), factor)
+        """Remember the tenant's calibration for the model for `learned_ttl_s`.
+
+        This replica uses the new factor at once; the store, which other replicas read at
+        most every `FACT_TTL_S`, is written when the factor moved by `CALIBRATION_STEP` from
+        what this replica wrote last, or that write is `FACT_TTL_S` old: a factor that
+        drifts a little with every response is not a write with every response."""
+        key = ("calibration", tenant, model or "")
+        self._remember(key, factor)
+        now = time.monotonic()
+        written = self._written.get(key)
+        if (
+            written is not None
+            and now - written[0] < FACT_TTL_S
+            and abs(factor - written[1]) < CALIBRATION_STEP
+        ):
+            return
+        self._written.pop(key, None)
+        self._written[key] = (now, factor)
+        if len(self._written) > MAX_FACTS:
+            del self._written[next(iter(self._written))]
         ttl_s = self._learned_ttl_s
         call = self.store.set_calibration(tenant, model or "", factor, ttl_s=ttl_s)
         await self._try(call, None, write=True)

@@ -26,7 +26,7 @@ from proxy.core.session import (
 )
 from proxy.observability.metrics import Metrics
 from proxy.service import memory as memory_module
-from proxy.service.memory import MAX_FACTS, Memory
+from proxy.service.memory import CALIBRATION_STEP, MAX_FACTS, Memory
 from tests.builders import assistant, system, user
 from tests.redis_server import RedisServer
 from tests.service.stores import STORES, store_of
@@ -205,6 +205,34 @@ async def test_another_replicas_fact_shows_once_the_cached_one_is_stale(
     assert await reader.calibration(TENANT, "mock-model") is None  # from its cache
     await asyncio.sleep(0.55)
     assert await reader.calibration(TENANT, "mock-model") == 1.5
+
+
+async def test_a_drifting_calibration_is_written_when_it_moved_or_aged(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A factor moving a little with every response is used at once here, and written for the
+    # other replicas (which read it at most every `FACT_TTL_S`) when it moved a step or aged.
+    monkeypatch.setattr(memory_module, "FACT_TTL_S", 0.3)
+    writer = Memory(store)
+
+    async def stored() -> float | None:
+        return await Memory(store).calibration(TENANT, "mock-model")  # a fresh replica
+
+    await writer.set_calibration(TENANT, "mock-model", 1.100)
+    assert await stored() == 1.100
+    await writer.set_calibration(TENANT, "mock-model", 1.104)
+    await writer.set_calibration(TENANT, "mock-model", 1.108)
+    assert await writer.calibration(TENANT, "mock-model") == 1.108  # its own: the newest
+    assert await stored() == 1.100  # less than CALIBRATION_STEP from the last write
+    await writer.set_calibration(TENANT, "mock-model", 1.100 + CALIBRATION_STEP)
+    assert await stored() == 1.100 + CALIBRATION_STEP
+    await writer.set_calibration(TENANT, "mock-model", 1.112)
+    assert await stored() == 1.100 + CALIBRATION_STEP
+    await asyncio.sleep(0.35)  # the last write is older than FACT_TTL_S
+    await writer.set_calibration(TENANT, "mock-model", 1.113)
+    assert await stored() == 1.113
+    await writer.set_calibration(TENANT, "other-model", 1.2)  # each model its own
+    assert await Memory(store).calibration(TENANT, "other-model") == 1.2
 
 
 async def test_a_replica_keeps_at_most_max_facts_the_oldest_dropped_first(
