@@ -1,4 +1,4 @@
-"""The fast mock upstream of the overhead benchmarks: a raw ASGI app under uvicorn.
+"""The fast mock upstream of the overhead benchmarks: a raw ASGI app on `bench/lean_server.py`.
 
 `bench/http_client.py`'s server, extended to answer chat completions whole and as SSE
 streams, after a fixed latency. It does as little as a server can (no framework, no JSON
@@ -175,31 +175,35 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    import uvicorn
-
-    app: Any
     if args.app == "mock-upstream":
+        import uvicorn
+
         from proxy.mock_upstream import MockUpstream
 
         app = MockUpstream(latency_s=args.upstream_latency_ms / 1000, models=MODELS).app
-    else:
-        app = create_app(
-            latency_s=args.upstream_latency_ms / 1000,
-            chunks=args.chunks,
-            chunk_delay_s=args.chunk_delay_ms / 1000,
+        uvicorn.run(
+            app,
+            host="127.0.0.1",
+            port=args.port,
+            log_level="error",
+            loop="uvloop",
+            http="httptools",
+            access_log=False,
+            lifespan="off",
+            backlog=4096,
         )
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=args.port,
-        log_level="error",
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        lifespan="off",
-        # Hundreds of connections at once from the client and the proxies' pools.
-        backlog=4096,
+        return
+    import uvloop
+
+    from bench.lean_server import serve
+
+    raw = create_app(
+        latency_s=args.upstream_latency_ms / 1000,
+        chunks=args.chunks,
+        chunk_delay_s=args.chunk_delay_ms / 1000,
     )
+    # Hundreds of connections at once from the client and the proxies' pools.
+    uvloop.run(serve(raw, host="127.0.0.1", port=args.port, backlog=4096))
 
 
 if __name__ == "__main__":
