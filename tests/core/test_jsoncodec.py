@@ -131,7 +131,7 @@ wide = st.one_of(
     st.from_regex(r"\A[0-9]{17,21}\Z"),  # digits in a text
 )
 sparse = st.recursive(
-    wide | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    wide | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
     ),
