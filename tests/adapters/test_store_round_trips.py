@@ -9,6 +9,8 @@ its own (`asyncio.shield`). These count the times a call's coroutine gives way."
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, TypeVar
 
@@ -99,5 +101,25 @@ async def test_a_pipeline_gives_its_connection_back(redis_server: RedisServer) -
         for turn in range(30):
             await store.put_checkpoint(A, f"s{turn}", _checkpoint(hashes), None, recalls)
         assert await store.recalled(A, "s29", "rc_abcdefghij") == messages
+    finally:
+        await store.aclose()
+
+
+async def test_a_stall_of_the_proxy_is_not_blamed_on_redis(redis_server: RedisServer) -> None:
+    # Redis answers at once, but the event loop is held up past the timeout (a long
+    # collection, a big plan on the loop) before it reads the reply: the call's watch then
+    # runs before the reply is read, and must not take the silence for Redis's.
+    store = RedisStore.connect(RedisSettings(url=redis_server.url, timeout_s=0.3))
+    try:
+        await store.begin_turn(A, "s", model="m", at=1.0)  # connects, teaches the script
+
+        async def stall() -> None:
+            await asyncio.sleep(0.02)  # once the call below has sent its command
+            time.sleep(0.6)  # noqa: ASYNC251 (the point: the loop held up twice the timeout)
+
+        staller = asyncio.create_task(stall())
+        state = await store.begin_turn(A, "s", model="m", at=2.0)
+        await staller
+        assert state.turns == 2
     finally:
         await store.aclose()
