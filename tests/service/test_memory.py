@@ -235,6 +235,21 @@ async def test_a_drifting_calibration_is_written_when_it_moved_or_aged(
     assert await Memory(store).calibration(TENANT, "other-model") == 1.2
 
 
+async def test_a_replica_remembers_at_most_max_facts_writes_the_oldest_dropped_first(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a replica wrote last is kept per tenant and model, bounded like its facts: a
+    # dropped record only makes its next drift a write.
+    monkeypatch.setattr(memory_module, "MAX_FACTS", 2)
+    writer = Memory(store)
+    for model in ("m1", "m2", "m3"):  # m1's record of its write is dropped
+        await writer.set_calibration(TENANT, model, 1.5)
+    await writer.set_calibration(TENANT, "m1", 1.501)
+    await writer.set_calibration(TENANT, "m3", 1.501)
+    assert await Memory(store).calibration(TENANT, "m1") == 1.501  # written again
+    assert await Memory(store).calibration(TENANT, "m3") == 1.5  # a drift, not written
+
+
 async def test_a_replica_keeps_at_most_max_facts_the_oldest_dropped_first(
     request: pytest.FixtureRequest,
 ) -> None:
