@@ -144,6 +144,10 @@ async def test_sentinel_mode_finds_the_master(sentinel_port: int) -> None:
     await store.ping()
     assert (await store.begin_turn(A, "s", model="m", at=1.0)).turns == 1
     assert (await store.begin_turn(A, "s", model="m", at=2.0)).turns == 2
+    # A pipeline (the turn's record with its messages' bodies) through the master's pool.
+    body = conversation(3)
+    await store.end_turn(A, "s", EndedTurn(point(2), {}, None, body))
+    assert await store.archived(A, "s") == body
     await store.aclose()
 
 
