@@ -47,8 +47,9 @@ logger = logging.getLogger("proxy.store")
 FACT_TTL_S = 5.0
 # Tenant and model pairs whose facts a replica keeps at most.
 MAX_FACTS = 10_000
-# How far a calibration moves before a replica writes it again within `FACT_TTL_S`.
-CALIBRATION_STEP = 0.01
+# How far a calibration moves before a replica writes it again within `FACT_TTL_S`: a
+# correction that large reaches the other replicas at their next read, not a period later.
+CALIBRATION_JUMP = 0.05
 # How long a learned window or calibration lasts in the store unless configured: one day.
 LEARNED_TTL_S = 86_400.0
 # While the breaker is open, the store is asked to PING at most this often.
@@ -361,10 +362,12 @@ class Memory:
     async def set_calibration(self, tenant: str, model: str | None, factor: float) -> None:
         """Remember the tenant's calibration for the model for `learned_ttl_s`.
 
-        This replica uses the new factor at once; the store, which other replicas read at
-        most every `FACT_TTL_S`, is written when the factor moved by `CALIBRATION_STEP` from
-        what this replica wrote last, or that write is `FACT_TTL_S` old: a factor that
-        drifts a little with every response is not a write with every response."""
+        This replica uses the new factor at once. The store, which other replicas read at
+        most every `FACT_TTL_S`, is written at most that often by this replica, or sooner
+        when the factor jumped `CALIBRATION_JUMP` from what it wrote last: the agents of one
+        tenant each move the factor a little with every response (their texts count
+        differently), and a fleet's replicas writing every move would make the tenant's
+        calibration key the busiest in Redis."""
         key = ("calibration", tenant, model or "")
         self._remember(key, factor)
         now = time.monotonic()
@@ -372,7 +375,7 @@ class Memory:
         if (
             written is not None
             and now - written[0] < FACT_TTL_S
-            and abs(factor - written[1]) < CALIBRATION_STEP
+            and abs(factor - written[1]) < CALIBRATION_JUMP
         ):
             return
         self._written.pop(key, None)

@@ -26,7 +26,7 @@ from proxy.core.session import (
 )
 from proxy.observability.metrics import Metrics
 from proxy.service import memory as memory_module
-from proxy.service.memory import CALIBRATION_STEP, MAX_FACTS, Memory
+from proxy.service.memory import CALIBRATION_JUMP, MAX_FACTS, Memory
 from tests.builders import assistant, system, user
 from tests.redis_server import RedisServer
 from tests.service.stores import STORES, store_of
@@ -207,30 +207,31 @@ async def test_another_replicas_fact_shows_once_the_cached_one_is_stale(
     assert await reader.calibration(TENANT, "mock-model") == 1.5
 
 
-async def test_a_drifting_calibration_is_written_when_it_moved_or_aged(
+async def test_a_drifting_calibration_is_written_when_it_aged_or_jumped(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A factor moving a little with every response is used at once here, and written for the
-    # other replicas (which read it at most every `FACT_TTL_S`) when it moved a step or aged.
+    # other replicas (which read it at most every `FACT_TTL_S`) when the last write aged or
+    # the factor jumped.
     monkeypatch.setattr(memory_module, "FACT_TTL_S", 0.3)
     writer = Memory(store)
 
     async def stored() -> float | None:
         return await Memory(store).calibration(TENANT, "mock-model")  # a fresh replica
 
-    await writer.set_calibration(TENANT, "mock-model", 1.100)
-    assert await stored() == 1.100
-    await writer.set_calibration(TENANT, "mock-model", 1.104)
-    await writer.set_calibration(TENANT, "mock-model", 1.108)
-    assert await writer.calibration(TENANT, "mock-model") == 1.108  # its own: the newest
-    assert await stored() == 1.100  # less than CALIBRATION_STEP from the last write
-    await writer.set_calibration(TENANT, "mock-model", 1.100 + CALIBRATION_STEP)
-    assert await stored() == 1.100 + CALIBRATION_STEP
-    await writer.set_calibration(TENANT, "mock-model", 1.112)
-    assert await stored() == 1.100 + CALIBRATION_STEP
+    await writer.set_calibration(TENANT, "mock-model", 1.10)
+    assert await stored() == 1.10
+    for factor in (1.12, 1.09, 1.13):  # the agents of a tenant pull it to and fro
+        await writer.set_calibration(TENANT, "mock-model", factor)
+    assert await writer.calibration(TENANT, "mock-model") == 1.13  # its own: the newest
+    assert await stored() == 1.10  # each less than CALIBRATION_JUMP from the last write
+    await writer.set_calibration(TENANT, "mock-model", 1.10 + CALIBRATION_JUMP)
+    assert await stored() == 1.10 + CALIBRATION_JUMP
+    await writer.set_calibration(TENANT, "mock-model", 1.14)
+    assert await stored() == 1.10 + CALIBRATION_JUMP
     await asyncio.sleep(0.35)  # the last write is older than FACT_TTL_S
-    await writer.set_calibration(TENANT, "mock-model", 1.113)
-    assert await stored() == 1.113
+    await writer.set_calibration(TENANT, "mock-model", 1.141)
+    assert await stored() == 1.141
     await writer.set_calibration(TENANT, "other-model", 1.2)  # each model its own
     assert await Memory(store).calibration(TENANT, "other-model") == 1.2
 
