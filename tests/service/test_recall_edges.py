@@ -318,6 +318,49 @@ async def test_a_streams_keep_alives_and_an_unterminated_last_event_reach_the_cl
     assert _finishes(chunks) == ["stop"]
 
 
+async def test_events_that_come_in_one_read_go_to_the_client_in_one_write(
+    sdk: openai.AsyncOpenAI, app: FastAPI, provider: MockUpstream, tampered: Tampered
+) -> None:
+    """A provider often sends several events at once; each write to the client costs the
+    proxy a pass through the server's stack and a system call, so the events one read
+    brought go out together (the rewritten finish and `[DONE]` in one more write)."""
+    await compacted_ids(sdk, provider)
+    words = [f"word{n} " for n in range(12)]
+    upstream = b"".join(
+        [
+            _chunk({"role": "assistant", "content": ""}) + b"\n\n",
+            *(_chunk({"content": word}) + b"\n\n" for word in words),
+            _chunk({}, finish="stop") + b"\n\n",
+            b"data: [DONE]\n\n",
+        ]
+    )
+    tampered.instead(Raw(upstream, content_type="text/event-stream"))
+    writes: list[bytes] = []
+
+    async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                writes.append(message["body"])
+            await send(message)
+
+        await app(scope, receive, sent)
+
+    body = {"model": "mock-model", "messages": history(), "tools": TOOLS, "stream": True}
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=counted), base_url="http://proxy"
+    ) as client:
+        response = await client.post(
+            "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-edges"}
+        )
+    assert response.content == b"".join(writes)
+    chunks = [json.loads(e[6:]) for e in response.content.split(b"\n\n") if e[:7] == b"data: {"]
+    assert _text(chunks) == "".join(words)
+    assert _finishes(chunks) == ["stop"]
+    assert response.content.endswith(b"data: [DONE]\n\n")
+    # The 14 events came in one write: a read or two on the proxy's side, by the socket.
+    assert len(writes) <= 3, [write[:60] for write in writes]
+
+
 async def test_a_streams_rounds_are_bounded_and_the_last_request_offers_no_recall(
     sdk: openai.AsyncOpenAI, http: httpx2.AsyncClient, provider: MockUpstream
 ) -> None:
