@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 # Events end at a blank line; servers use \n\n, some \r\n\r\n.
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
+# A "usage" key not set to null: only an event holding one can be the usage chunk.
+_USAGE_VALUE = re.compile(rb'"usage"(?!\s*:\s*null)')
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 
 
@@ -40,6 +43,17 @@ class StreamTap:
     def feed(self, chunk: bytes) -> bytes:
         """The complete events of what arrived so far, to relay now."""
         self._pending += chunk
+        if not _USAGE_VALUE.search(self._pending):
+            # No event here can be the usage chunk (OpenAI's carry `"usage":null`): every
+            # complete one goes on as it is, up to the last blank line, found from the end.
+            # Two searches in C instead of a regex match, a copy and a test per event.
+            lf, crlf = self._pending.rfind(b"\n\n"), self._pending.rfind(b"\n\r\n")
+            if lf < 0 and crlf < 0:  # no event is complete yet
+                return b""
+            last = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+            whole = bytes(self._pending[:last])
+            del self._pending[:last]
+            return whole
         out = bytearray()
         start = 0
         for end in _EVENT_END.finditer(self._pending):
@@ -109,6 +123,21 @@ def opening_error(buffer: bytes, *, responses: bool) -> bool | None:
         if kind not in _OPENING:
             return kind in _FAILED or (kind is None and "error" in data)
     return None
+
+
+def usage_requested_in(raw: bytes, body: Mapping[str, Any]) -> bytes | None:
+    """`raw`, the JSON text of `body`, asking for the usage chunk: the option written in
+    before its closing brace, so the client's bytes are sent and not `body` serialized
+    again (0.1 ms for a long history). None when `body` has `stream_options` of its own
+    (`with_usage_requested` merges into them) or `raw` is no JSON object text."""
+    if "stream_options" in body:
+        return None
+    text = raw.rstrip(b" \t\r\n")
+    if not text.endswith(b"}"):
+        return None
+    inner = text[:-1].rstrip(b" \t\r\n")
+    separator = b"" if inner.endswith(b"{") else b","
+    return inner + separator + b'"stream_options":{"include_usage":true}}'
 
 
 def with_usage_requested(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:

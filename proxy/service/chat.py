@@ -35,7 +35,7 @@ from proxy.core.lessons import window_lesson
 from proxy.core.overflow import Verdict, classify
 from proxy.core.plan import Compacted, Situation, plan_emergency
 from proxy.core.request import Api, ChatRequest, wire_body
-from proxy.core.sse import StreamTap, opening_error, with_usage_requested
+from proxy.core.sse import StreamTap, opening_error, usage_requested_in, with_usage_requested
 from proxy.errors import UpstreamError
 from proxy.observability.metrics import Metrics
 from proxy.service.access import Stopwatch
@@ -138,8 +138,12 @@ class ChatForwarder:
         # frozen prefix is the same bytes on every request (the provider caches by prefix).
         offered = turn.offers_recall(messages)
         body: dict[str, Any] | None = None
-        if messages == request.messages and not usage_added and not offered:
+        unchanged = messages == request.messages and not offered
+        spliced = usage_requested_in(request.raw, request.body) if unchanged else None
+        if unchanged and not usage_added:
             payload = request.raw
+        elif unchanged and spliced is not None:
+            payload = spliced  # the client's bytes, the usage option added at their end
         else:
             body = wire_body(request, messages)
             body = with_usage_requested(body)[0] if usage_added else body

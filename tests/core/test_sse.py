@@ -7,7 +7,14 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.sse import StreamTap, event_data, opening_error, with_usage_requested
+from proxy.core import jsoncodec
+from proxy.core.sse import (
+    StreamTap,
+    event_data,
+    opening_error,
+    usage_requested_in,
+    with_usage_requested,
+)
 
 USAGE = {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125}
 
@@ -141,3 +148,70 @@ def test_an_event_that_only_mentions_usage_is_relayed_and_not_read() -> None:
     tap = StreamTap(strip_usage_chunk=True)
     assert tap.feed(broken) == broken
     assert tap.usage is None
+
+
+_EVENTS = st.sampled_from(
+    [
+        event({"choices": [{"delta": {"content": "hi"}}], "usage": None}),
+        event({"choices": [{"delta": {"content": 'say "usage": 5'}}]}),
+        b'data: {"choices":[{"delta":{"content":"x"}}],"usage" : null}\r\n\r\n',
+        b": keep-alive\n\n",
+        b"\n",  # a stray line break between events
+        b"data: [DONE]\n\n",
+    ]
+)
+
+
+@given(st.lists(_EVENTS, max_size=10), st.lists(st.integers(min_value=0, max_value=400)))
+def test_a_stream_without_a_usage_chunk_goes_on_whole_and_event_by_event(
+    events: list[bytes], cuts: list[int]
+) -> None:
+    """Whatever the reads, the bytes relayed are the stream's, and a read's relay ends where
+    an event does (a partial event waits for its end)."""
+    stream = b"".join(events)
+    points = sorted({cut for cut in cuts if cut <= len(stream)})
+    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    tap = StreamTap(strip_usage_chunk=True)
+    relayed = [tap.feed(piece) for piece in pieces]
+    assert b"".join(relayed) + tap.flush() == stream
+    for out in relayed:
+        assert not out or out.endswith((b"\n\n", b"\n\r\n"))
+    assert tap.usage is None
+
+
+def test_a_usage_chunk_after_plain_events_is_still_dropped() -> None:
+    plain = event({"choices": [{"delta": {"content": "hi"}}], "usage": None})
+    tap = StreamTap(strip_usage_chunk=True)
+    assert tap.feed(plain + plain) == plain + plain
+    assert tap.feed(CHUNKS[3][:10]) == b""
+    assert tap.feed(CHUNKS[3][10:] + CHUNKS[4]) == CHUNKS[4]
+    assert tap.usage == USAGE
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), _JSON_VALUES, max_size=5),
+    st.sampled_from(["", " ", "\n", "\r\n\t "]),
+    st.booleans(),
+)
+def test_the_usage_option_written_into_the_clients_bytes_reads_as_the_merged_body(
+    body: dict[str, object], space: str, indent: bool
+) -> None:
+    body.pop("stream_options", None)
+    raw = json.dumps(body, indent=2 if indent else None).encode() + space.encode()
+    spliced = usage_requested_in(raw, body)
+    assert spliced is not None
+    assert jsoncodec.loads(spliced) == with_usage_requested(body)[0]
+    assert spliced.startswith(raw.rstrip()[:-1].rstrip())  # the client's bytes, as they were
+
+
+def test_the_usage_option_is_not_written_in_where_options_are_set() -> None:
+    body = {"stream": True, "stream_options": {"include_obfuscation": False}}
+    assert usage_requested_in(json.dumps(body).encode(), body) is None
+    assert usage_requested_in(b"[1]", {}) is None
