@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.anthropic_usage import StreamUsage
-from proxy.core.sse import event_data
+from proxy.core.sse import event_data, take_events
 
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE_EVENTS = (b'"message_start"', b'"message_delta"')
@@ -34,6 +34,8 @@ class MessagesTap:
     def feed(self, chunk: bytes) -> bytes:
         """The complete events of what arrived so far, to relay now."""
         self._pending += chunk
+        if not any(kind in self._pending for kind in _USAGE_EVENTS):
+            return take_events(self._pending)  # text deltas only: nothing to read
         start = 0
         for end in _EVENT_END.finditer(self._pending):
             event = bytes(self._pending[start : end.end()])

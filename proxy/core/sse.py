@@ -45,15 +45,8 @@ class StreamTap:
         self._pending += chunk
         if not _USAGE_VALUE.search(self._pending):
             # No event here can be the usage chunk (OpenAI's carry `"usage":null`): every
-            # complete one goes on as it is, up to the last blank line, found from the end.
-            # Two searches in C instead of a regex match, a copy and a test per event.
-            lf, crlf = self._pending.rfind(b"\n\n"), self._pending.rfind(b"\n\r\n")
-            if lf < 0 and crlf < 0:  # no event is complete yet
-                return b""
-            last = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
-            whole = bytes(self._pending[:last])
-            del self._pending[:last]
-            return whole
+            # complete one goes on as it is, with no regex match, copy and test per event.
+            return take_events(self._pending)
         out = bytearray()
         start = 0
         for end in _EVENT_END.finditer(self._pending):
@@ -84,6 +77,19 @@ class StreamTap:
             return False
         self.usage = data["usage"]
         return _EMPTY_CHOICES.search(event) is not None
+
+
+def take_events(pending: bytearray) -> bytes:
+    """The complete events at the start of `pending`, taken out of it: everything up to
+    its last blank line (two line breaks, either of them CRLF), found from the end by two
+    searches in C rather than event by event."""
+    lf, crlf = pending.rfind(b"\n\n"), pending.rfind(b"\n\r\n")
+    if lf < 0 and crlf < 0:  # no event is complete yet
+        return b""
+    last = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+    events = bytes(pending[:last])
+    del pending[:last]
+    return events
 
 
 def event_data(event: bytes) -> dict[str, Any] | None:

@@ -84,3 +84,19 @@ def test_an_opening_error_event_is_told_as_a_chat_streams() -> None:
     error = event("error", error={"type": "overloaded_error", "message": "Overloaded"})
     assert opening_error(error, responses=False) is True
     assert opening_error(START, responses=False) is False
+
+
+@given(st.lists(st.integers(min_value=0, max_value=400), max_size=8), st.booleans())
+def test_text_deltas_alone_go_on_whole_and_event_by_event(cuts: list[int], crlf: bool) -> None:
+    """Reads that hold no usage event are passed on up to their last complete event."""
+    deltas = [
+        event("content_block_delta", index=0, delta={"type": "text_delta", "text": f"w{n} "})
+        for n in range(8)
+    ]
+    stream = b"".join(deltas).replace(b"\n", b"\r\n") if crlf else b"".join(deltas)
+    bounds = [0, *sorted(c for c in cuts if c <= len(stream)), len(stream)]
+    tap = MessagesTap()
+    relayed = [tap.feed(stream[a:b]) for a, b in itertools.pairwise(bounds)]
+    assert b"".join(relayed) + tap.flush() == stream
+    assert all(out.endswith((b"\n\n", b"\n\r\n")) for out in relayed if out)
+    assert tap.usage is None
