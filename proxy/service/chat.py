@@ -139,10 +139,12 @@ class ChatForwarder:
         offered = turn.offers_recall(messages)
         body: dict[str, Any] | None = None
         unchanged = messages == request.messages and not offered
-        spliced = usage_requested_in(request.raw, request.body) if unchanged else None
+        spliced = None
+        if unchanged and usage_added:
+            spliced = usage_requested_in(request.raw, request.body)
         if unchanged and not usage_added:
             payload = request.raw
-        elif unchanged and spliced is not None:
+        elif spliced is not None:
             payload = spliced  # the client's bytes, the usage option added at their end
         else:
             body = wire_body(request, messages)
