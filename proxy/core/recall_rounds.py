@@ -16,11 +16,11 @@ the first continue the first one's response (its id, one finish, one usage, one 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core import jsoncodec
 from proxy.core.recall import TOOL, argument_id, argument_query, is_ours
 
 JSON = dict[str, Any]
@@ -420,7 +420,8 @@ def _without_orphan_reasoning(items: list[Any]) -> list[Any]:
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact UTF-8 JSON (orjson's: a streamed answer's every event is written again)."""
+    return jsoncodec.dumps(value)
 
 
 @dataclass(slots=True)

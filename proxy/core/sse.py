@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core import jsoncodec
+
 # Events end at a blank line; servers use \n\n, some \r\n\r\n.
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
@@ -98,7 +100,7 @@ def event_data(event: bytes) -> dict[str, Any] | None:
     if not lines:
         return None
     try:
-        value = json.loads(b"\n".join(lines))
+        value = jsoncodec.loads(b"\n".join(lines))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     return value if isinstance(value, dict) else None
