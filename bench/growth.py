@@ -22,7 +22,7 @@ Cases (each side by side with the same requests sent straight to the mock):
 Every proxied agent is a conversation of its own (its task names it, and each target has its
 own API key and so its own tenant): no request finds a checkpoint another one left.
 
-    python -m bench.growth [--steps 60] [--agents 8] [--rounds 3] [--no-workers]
+    python -m bench.growth [--steps 60] [--agents 8] [--rounds 3] [--no-workers] [--stream]
 """
 
 from __future__ import annotations
@@ -53,12 +53,25 @@ WINDOWS = {SMALL_MODEL: 16_000, LARGE_MODEL: 131_072}
 RESULT_TOKENS = 800
 TIMEOUT_S = 120.0
 _R = TypeVar("_R")
-SIZES: dict[str, dict[str, int]] = {
-    "default": {"steps": 60, "agents": 8, "rounds": 3},
-    "quick": {"steps": 60, "agents": 8, "rounds": 1},
-    "smoke": {"steps": 12, "agents": 2, "rounds": 1},
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What `run_growth` runs: each agent's steps, the fleet's agents, the rounds, and
+    whether every answer is streamed (the mock's 64 content events each)."""
+
+    steps: int = 60
+    agents: int = 8
+    rounds: int = 3
+    stream: bool = False
+
+
+SIZES: dict[str, Shape] = {
+    "default": Shape(),
+    "quick": Shape(rounds=1),
+    "smoke": Shape(steps=12, agents=2, rounds=1),
 }
-"""`run_growth`'s arguments at each of the suite's sizes."""
+"""`run_growth`'s shape at each of the suite's sizes."""
 
 _PHRASE = (
     "the worker reads the queue and retries each failed upload after a short backoff while "
@@ -152,16 +165,18 @@ def agent_step(agent: str, step: int) -> list[dict[str, Any]]:
     ]
 
 
-def agent_bodies(agent: str, *, steps: int, model: str) -> list[bytes]:
+def agent_bodies(agent: str, *, steps: int, model: str, stream: bool = False) -> list[bytes]:
     """Every request of `agent`'s run: its whole history at each step, serialized as SDKs do
-    (the messages joined as text, so that a long run is not serialized whole each time)."""
+    (the messages joined as text, so that a long run is not serialized whole each time);
+    `stream`: each asks for its answer streamed, as agents mostly do."""
     head = [
         {"role": "system", "content": "You are a coding agent. " + _words(random.Random(1), 300)},
         {"role": "user", "content": f"[{agent}] Fix the failing upload tests in src/, then "
          "report what changed. Never touch the migrations."},
     ]  # fmt: skip
     encoded = [json.dumps(message) for message in head]
-    prefix = json.dumps({"model": model, "tools": _TOOLS, "messages": []})[:-2]
+    opening = {"model": model, **({"stream": True} if stream else {}), "tools": _TOOLS}
+    prefix = json.dumps({**opening, "messages": []})[:-2]
     bodies = []
     for step in range(steps):
         encoded += [json.dumps(message) for message in agent_step(agent, step)]
@@ -301,6 +316,7 @@ class GrowthResult:
     one_large: Paired
     one_small: Paired
     fleet: dict[str, Run]  # target name -> the eight agents' runs over every round
+    stream: bool = False
     tokens_last: int | None = None
     problem: str | None = None
 
@@ -338,23 +354,19 @@ async def _metered(meter: ProcessMeter | None, run: Awaitable[_R]) -> tuple[_R, 
 
 
 async def _measure(
-    urls: dict[str, str],
-    meters: dict[str, ProcessMeter],
-    *,
-    steps: int,
-    agents: int,
-    rounds: int,
-    progress: bool,
+    urls: dict[str, str], meters: dict[str, ProcessMeter], shape: Shape, *, progress: bool
 ) -> GrowthResult:
+    steps, agents, stream = shape.steps, shape.agents, shape.stream
     keys = {name: f"sk-growth-{name}" for name in urls}
-    result = GrowthResult(steps, agents, Paired(), Paired(), {name: Run() for name in urls})
-    warm = agent_bodies("warm-up", steps=4, model=LARGE_MODEL)
+    fleets = {name: Run() for name in urls}
+    result = GrowthResult(steps, agents, Paired(), Paired(), fleets, stream=stream)
+    warm = agent_bodies("warm-up", steps=4, model=LARGE_MODEL, stream=stream)
     for name, url in urls.items():
         await agents_run(url, keys[name], [warm])
     pair = {"direct": urls["direct"], "proxy": urls["proxy"]}
-    for r in range(rounds):
+    for r in range(shape.rounds):
         for model, case in ((LARGE_MODEL, result.one_large), (SMALL_MODEL, result.one_small)):
-            bodies = agent_bodies(f"single {model} {r}", steps=steps, model=model)
+            bodies = agent_bodies(f"single {model} {r}", steps=steps, model=model, stream=stream)
             (run, added), cpu_s = await _metered(
                 meters.get("proxy"), paired_run(pair, keys, bodies)
             )
@@ -363,28 +375,22 @@ async def _measure(
         order = list(urls)[r % len(urls) :] + list(urls)[: r % len(urls)]
         for name in order:
             fleet = [
-                agent_bodies(f"fleet {name} {r} {a}", steps=steps, model=SMALL_MODEL)
+                agent_bodies(f"fleet {name} {r} {a}", steps=steps, model=SMALL_MODEL, stream=stream)
                 for a in range(agents)
             ]
             run, cpu_s = await _metered(meters.get(name), agents_run(urls[name], keys[name], fleet))
             run.cpu_s = cpu_s
             result.fleet[name].add(run)
         if progress:
-            print(f"round {r + 1}/{rounds} done", flush=True)
+            print(f"round {r + 1}/{shape.rounds} done", flush=True)
     return result
 
 
 def run_growth(
-    work: Path,
-    *,
-    steps: int = 60,
-    agents: int = 8,
-    rounds: int = 3,
-    workers: bool = True,
-    progress: bool = False,
+    work: Path, shape: Shape = Shape(), *, workers: bool = True, progress: bool = False
 ) -> GrowthResult:
     """The mock, a proxy (and one with two workers on a private Redis when `workers`), and
-    the three cases over `rounds` rounds."""
+    the three cases, `shape`'s rounds of them."""
     from tests.redis_server import RedisServer  # the suite's private redis-server helper
 
     work.mkdir(parents=True, exist_ok=True)
@@ -416,9 +422,7 @@ def run_growth(
             servers.append(pair)
             urls["proxy-2-workers"] = f"{pair.base_url}/chat/completions"
             meters["proxy-2-workers"] = pair.meter
-        return uvloop.run(
-            _measure(urls, meters, steps=steps, agents=agents, rounds=rounds, progress=progress)
-        )
+        return uvloop.run(_measure(urls, meters, shape, progress=progress))
     finally:
         for server in reversed(servers):
             server.stop()
@@ -446,7 +450,8 @@ def report(result: GrowthResult) -> str:
     """The result as markdown tables."""
     lines = [
         f"Agents with growing histories: {result.steps} steps of one ~{RESULT_TOKENS}-token "
-        f"tool result each; {result.agents} agents in the fleet case.",
+        f"tool result each; {result.agents} agents in the fleet case"
+        + ("; every answer streamed." if result.stream else "."),
         "",
         "| case | requests | compacted | added p50 ms | added p90 ms | added p99 ms "
         "| proxy CPU ms/request |",
@@ -508,18 +513,15 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-workers", action="store_true")
+    parser.add_argument(
+        "--stream", action="store_true", help="every request asks for its answer streamed"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="growth-") as folder:
         work = args.out or Path(folder)
-        result = run_growth(
-            work,
-            steps=args.steps,
-            agents=args.agents,
-            rounds=args.rounds,
-            workers=not args.no_workers,
-            progress=True,
-        )
+        shape = Shape(args.steps, args.agents, args.rounds, stream=args.stream)
+        result = run_growth(work, shape, workers=not args.no_workers, progress=True)
     print(report(result))
 
 

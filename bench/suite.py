@@ -260,13 +260,8 @@ async def _run(args: argparse.Namespace, run: Run) -> None:
     if not args.no_growth:
         progress.step("agents with growing histories")
         # Its own servers and event loop, in a thread: this loop only waits for it.
-        shape = growth.SIZES[size.name]
         grown = await asyncio.to_thread(
-            growth.run_growth,
-            args.out / "growth",
-            steps=shape["steps"],
-            agents=shape["agents"],
-            rounds=shape["rounds"],
+            growth.run_growth, args.out / "growth", growth.SIZES[size.name]
         )
         run.growth = grown
         run.verdicts += growth_verdicts(grown)

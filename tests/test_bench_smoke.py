@@ -184,3 +184,30 @@ async def test_a_small_recall_cell_runs_streamed_and_every_target_is_judged(
         assert {t.short for t in judged} >= {"recall-hidden", "recall-stable"}, cell.name
         for target in judged:
             assert target.check(cell)[0] is not None, (cell.name, target.short)
+
+
+def test_the_growth_bench_streams_every_answer_when_asked(tmp_path: Path) -> None:
+    """`--stream`: the agents' answers come streamed, through the proxy as directly, and every
+    step of every case is answered."""
+    command = [
+        sys.executable, "-m", "bench.growth", "--steps", "6", "--agents", "2", "--rounds", "1",
+        "--no-workers", "--stream", "--out", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "every answer streamed" in done.stdout
+    assert "errors, e.g." not in done.stdout
+    fleet = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| ")]
+    rows = {row[0]: row for row in fleet if row[0] in ("| direct", "| proxy")}
+    assert set(rows) == {"| direct", "| proxy"}
+    assert all(row[1] == "12" and row[2] == "0" for row in rows.values()), rows
+
+
+def test_the_growth_agents_ask_for_a_stream_only_when_told() -> None:
+    from bench.growth import agent_bodies
+
+    streamed = json.loads(agent_bodies("a", steps=2, model="m", stream=True)[-1])
+    whole = json.loads(agent_bodies("a", steps=2, model="m")[-1])
+    assert streamed["stream"] is True
+    assert "stream" not in whole
+    assert streamed["messages"] == whole["messages"]
