@@ -317,6 +317,24 @@ class TokenCounter:
         """Tokens of a message list: each message plus the reply priming."""
         return sum(self.message(message) for message in messages) + REPLY_TOKENS
 
+    def at_most(self, messages: Iterable[Any]) -> int | None:
+        """An upper bound of `messages(messages)` made without encoding anything: each
+        message's cached count, or for one not counted yet its strings' UTF-8 bytes and its
+        framing (a BPE token is a byte or more). None when a message not counted yet holds
+        anything but text (parts, media, a value where a string belongs), whose count its
+        bytes do not bound, or when this counter's encoder is not a BPE one."""
+        if self.encoder.name == APPROXIMATE:
+            return None
+        total = REPLY_TOKENS
+        for message in messages:
+            tokens = self._cache.get(b"m" + self._digest(message))
+            if tokens is None:
+                tokens = _bytes_bound(message)
+                if tokens is None:
+                    return None
+            total += tokens
+        return total
+
     def tools(self, body: Mapping[str, Any]) -> int:
         """Tokens of the schemas a request declares, which providers render into the prompt.
 
@@ -521,6 +539,37 @@ def text_size(value: object) -> int:
         elif isinstance(item, list):
             pending.extend(item)
     return size
+
+
+def _bytes_bound(message: object) -> int | None:
+    """At most what `TokenCounter.message` counts for a message of text alone, in a BPE
+    encoding: its strings' UTF-8 bytes and every framing it may carry; None for any other
+    message (see `TokenCounter.at_most`)."""
+    if not isinstance(message, dict):
+        return None
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        return None
+    strings = [role(message), content or ""]
+    for key in ("name", "refusal"):
+        value = message.get(key)
+        if value is not None and not isinstance(value, str):
+            return None
+        strings.append(value or "")
+    calls = tool_calls(message)
+    functions = [call.get("function") for call in calls]
+    if message.get("function_call") is not None:
+        functions.append(message["function_call"])
+    for function in functions:
+        if not isinstance(function, dict):
+            return None  # a custom call counts as its JSON, which may be escaped longer
+        for key in ("name", "arguments"):
+            value = function.get(key)
+            if value is not None and not isinstance(value, str):
+                return None
+            strings.append(value or "")
+    framing = MESSAGE_TOKENS + NAME_TOKENS + TOOL_CALL_TOKENS * len(functions)
+    return framing + sum(utf8_size(string) for string in strings)
 
 
 def utf8_size(text: str) -> int:

@@ -59,7 +59,7 @@ from proxy.service.compactor import Compactor
 from proxy.service.memory import LEARNED_TTL_S, Memory
 from proxy.service.messages import TokenCounts
 from proxy.service.operator import Operator
-from proxy.service.outcome import Outcome
+from proxy.service.outcome import Outcome, Uncounted
 from proxy.service.preparer import Preparer
 from proxy.service.reachability import Reachability
 from proxy.service.replies import Incoming, Reply, buffered, streamed
@@ -283,20 +283,25 @@ class ProxyService:
             return turn, None
         return replace(turn, policy=turn.policy.replace(auto_compact=False)), "proxy"
 
-    async def _compacted(self, turn: Turn) -> tuple[Outcome, dict[str, Any] | None]:
+    async def _compacted(self, turn: Turn) -> tuple[Outcome | Uncounted, dict[str, Any] | None]:
         """What to forward: the hooks' and the compaction's outcome, with the client's own
-        request counted whole even when a checkpoint stood in for part of it; and the
-        compaction item to give back with the answer, when the client's `context_management`
-        had the proxy compact."""
-        outcome = await self._compactor.before_forward(turn)
-        sent = self._sent.of(turn, turn.checkpoint, outcome.tokens_before)
-        outcome = replace(outcome, sent=sent)
+        request counted whole even when a checkpoint stood in for part of it (or the view
+        as it stands, counted so while it is answered, when no count could change it); and
+        the compaction item to give back with the answer, when the client's
+        `context_management` had the proxy compact."""
+        uncounted = self._compactor.uncounted(turn)
+        if uncounted is not None:
+            return uncounted.then(lambda outcome: self._with_sent(turn, outcome)), None
+        outcome = self._with_sent(turn, await self._compactor.before_forward(turn))
         if turn.request.automatic is None or self._compactions is None:
             return outcome, None
         automatic = await self._compactions.automatic(turn, outcome)
         return automatic.outcome, automatic.item
 
-    def _check_fits(self, turn: Turn, outcome: Outcome) -> None:
+    def _with_sent(self, turn: Turn, outcome: Outcome) -> Outcome:
+        return replace(outcome, sent=self._sent.of(turn, turn.checkpoint, outcome.tokens_before))
+
+    def _check_fits(self, turn: Turn, outcome: Outcome | Uncounted) -> None:
         """Raise the provider's own overflow error when compaction had its chance and what is
         left is still over the window: forwarding it would only fetch that error. The turn
         is recorded as refused, with the tokens it carried (the session API shows it).
@@ -304,7 +309,9 @@ class ProxyService:
         Not on an estimate no answer has calibrated yet (`Turn.estimated`): it errs high, and
         a request it refused would never fetch the usage that corrects it. Forwarded, it is
         answered, or refused by the provider itself (then compacted hard and retried)."""
-        if outcome.tried and not turn.estimated and turn.budget.beyond_window(outcome.tokens_after):
+        if not isinstance(outcome, Outcome) or not outcome.tried or turn.estimated:
+            return  # an uncounted view never tried a plan: it is well below the window
+        if turn.budget.beyond_window(outcome.tokens_after):
             self._spawn(self._refused(turn, outcome))
             raise _cannot_fit(turn, outcome)
 

@@ -29,7 +29,7 @@ from proxy.core.messages import Message, role, text
 from proxy.core.request import Api, ChatRequest
 from proxy.errors import ProxyError
 from proxy.observability.metrics import Metrics
-from proxy.service.outcome import Outcome
+from proxy.service.outcome import Outcome, Uncounted
 from proxy.service.recalls import Tally
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
@@ -52,7 +52,8 @@ class Access:
 
     request: ChatRequest | None = None
     turn: Turn | None = None
-    outcome: Outcome | None = None
+    outcome: Outcome | Uncounted | None = None
+    """What the turn forwards (a view counted while it is answered, known once counted)."""
     action: str | None = None
     """Set when no compaction was considered: `off` (X-Compaction: off), `command`,
     `server_state`, `passthrough` (any other `/v1/*` request, forwarded untouched); or for
@@ -68,10 +69,15 @@ class Access:
     """The API of the route the request came by, known before its body is read: a body that
     does not parse is still logged as what it was meant to be."""
 
+    @property
+    def counted(self) -> Outcome | None:
+        """The turn's outcome, if known (an uncounted view's once it has been counted)."""
+        return self.outcome.done if isinstance(self.outcome, Uncounted) else self.outcome
+
     def fields(self, status: int) -> dict[str, Any]:
         """The log line's fields known from the request (null when unknown); the
         stopwatch adds its latencies."""
-        request, turn, outcome = self.request, self.turn, self.outcome
+        request, turn, outcome = self.request, self.turn, self.counted
         tenant = turn.tenant if turn else self.tenant
         fields: dict[str, Any] = {
             "api": request.api.value if request else self.api.value if self.api else None,
@@ -141,8 +147,9 @@ class Stopwatch:
         if access.request is not None:
             # The proxy's time on the requests it reads (a passthrough's is a few headers).
             self._metrics.overhead(self.ready_s - self.waited_s)
-        if access.turn is not None and access.outcome is not None:
-            self._metrics.pressure(access.turn.budget.pressure(access.outcome.tokens_after))
+        outcome = access.counted
+        if access.turn is not None and outcome is not None:
+            self._metrics.pressure(access.turn.budget.pressure(outcome.tokens_after))
         if isinstance(reply.body, bytes):
             self.finish(access, reply.status)
             return reply

@@ -41,7 +41,7 @@ from proxy.observability.metrics import Metrics
 from proxy.service.access import Stopwatch
 from proxy.service.compactor import Compactor
 from proxy.service.memory import Memory
-from proxy.service.outcome import Outcome
+from proxy.service.outcome import Outcome, Uncounted
 from proxy.service.recalls import Opened, Recaller, Tally
 from proxy.service.replies import Reply
 from proxy.service.turns import Turn
@@ -77,6 +77,8 @@ class _Sent:
     """The body (or first event) of an error, already read."""
     body: dict[str, Any] | None = None
     """The body sent, when it offers `context_recall` (the rounds that answer it extend it)."""
+    outcome: Outcome | None = None
+    """What was forwarded, counted (an `Uncounted` view is counted while it is answered)."""
 
 
 class ChatForwarder:
@@ -101,10 +103,12 @@ class ChatForwarder:
         self._spawn = spawn
         self._recaller = Recaller(memory=memory, metrics=metrics)
 
-    async def forward(self, turn: Turn, outcome: Outcome, watch: Stopwatch) -> Answer:
-        """Forward what `outcome` says; after an overflow compaction can fix, compact hard
+    async def forward(self, turn: Turn, forwarded: Outcome | Uncounted, watch: Stopwatch) -> Answer:
+        """Forward what `forwarded` says; after an overflow compaction can fix, compact hard
         and forward once more. `watch` times the waits on the upstream."""
-        sent = await self._send(turn, outcome, watch)
+        sent = await self._send(turn, forwarded, watch)
+        outcome = sent.outcome
+        assert outcome is not None  # `_send` counts what it forwarded
         verdict = self._verdict(turn, sent)
         if verdict is None:
             return await self._answer(turn, outcome, sent, watch)
@@ -129,8 +133,8 @@ class ChatForwarder:
             self._metrics.retry(succeeded=False)
             raise
 
-    async def _send(self, turn: Turn, outcome: Outcome, watch: Stopwatch) -> _Sent:
-        request, messages = turn.request, outcome.forwarded
+    async def _send(self, turn: Turn, forwarded: Outcome | Uncounted, watch: Stopwatch) -> _Sent:
+        request, messages = turn.request, forwarded.forwarded
         usage_added = False
         if request.stream and request.api is Api.CHAT:
             usage_added = with_usage_requested(request.body)[1]
@@ -151,10 +155,14 @@ class ChatForwarder:
             body = with_usage_requested(body)[0] if usage_added else body
             body = turn.with_recall(body) if offered else body
             payload = _dumps(body)
+        if isinstance(forwarded, Uncounted):
+            forwarded.count_soon()
         response = await self._post(turn, payload, watch)
         head, error = await watch.body(_opening(response, request))
+        outcome = forwarded.counted() if isinstance(forwarded, Uncounted) else forwarded
         estimate = _estimate(turn, outcome)
-        return _Sent(response, estimate, usage_added, head, error, body if offered else None)
+        body = body if offered else None
+        return _Sent(response, estimate, usage_added, head, error, body, outcome)
 
     async def _post(self, turn: Turn, payload: bytes, watch: Stopwatch) -> UpstreamResponse:
         return await watch.headers(self._upstream.send(self._request(turn, payload)))

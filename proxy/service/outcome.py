@@ -10,7 +10,8 @@ request path reads as the sequence of values it goes through.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeGuard
 
@@ -72,3 +73,45 @@ def unchanged(turn: Turn) -> Outcome:
     messages = turn.view(turn.checkpoint)
     tokens = turn.tokens(messages)
     return Outcome(messages, tokens, tokens, turn.budget.pressure(tokens), turn.checkpoint)
+
+
+@dataclass(slots=True, eq=False)
+class Uncounted:
+    """A turn's view forwarded before it is counted: the turns whose count cannot change
+    what is forwarded (below any level where something is done before forwarding, by a
+    bound made without encoding; `Compactor.uncounted`). The count is made while the
+    provider works (`count_soon`), so the new messages' encoding is off the answer's path,
+    and what follows the answer reads the same `Outcome` a counted turn gives."""
+
+    messages: list[Message]
+    count: Callable[[], Outcome]
+    done: Outcome | None = None
+    """The outcome, once counted."""
+
+    @property
+    def forwarded(self) -> list[Message]:
+        return self.messages
+
+    def then(self, step: Callable[[Outcome], Outcome]) -> Uncounted:
+        """This view, its outcome passed through `step` once counted."""
+        count = self.count
+        return Uncounted(self.messages, lambda: step(count()))
+
+    def counted(self) -> Outcome:
+        """The outcome: counted now, unless it was already."""
+        if self.done is None:
+            self.done = self.count()
+        return self.done
+
+    def count_soon(self) -> None:
+        """Count it on the event loop two rounds of callbacks from now, while the request
+        it forwards goes out and is answered: the HTTP client writes the body in a task of
+        its own, scheduled as this task waits, which this lets go first."""
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._count_quietly)
+
+    def _count_quietly(self) -> None:
+        try:
+            self.counted()
+        except Exception:  # `counted` raises it again, on the request's path
+            return

@@ -130,6 +130,14 @@ class Turn:
         tool, when they name what it recalls)."""
         return self.counter.messages(messages) + self.counter.tools(self.tools_body(messages))
 
+    def tokens_at_most(self, messages: list[Message]) -> int | None:
+        """At least `tokens(messages)`, found without encoding what is not counted yet
+        (`TokenCounter.at_most`); None when that cannot be bounded so."""
+        bound = self.counter.at_most(messages)
+        if bound is None:
+            return None
+        return bound + self.counter.tools(self.tools_body(messages))
+
     @property
     def recall_scope(self) -> str | None:
         """The conversation's scope for recall ids (`proxy.core.recall`), when the model may

@@ -656,3 +656,88 @@ def test_cookbook_tools_count_at_least_the_api_and_not_far_more(
 def test_measured_tool_call_counts_at_least_the_api() -> None:
     tokens = TokenCounter(cached_encoder(CL100K_BASE)).request(TOOL_CALL_BODY)
     assert 35 <= tokens <= 35 + 3
+
+
+# --- a bound made without encoding (`TokenCounter.at_most`) ----------------------------------
+
+_TEXTS = st.text(st.characters(codec="utf-8"), max_size=60) | st.sampled_from(
+    [
+        "",
+        " ",
+        "  \n\n  ",
+        "ab" * 40,
+        "日本語のテキスト",
+        "🙂" * 9,
+        "x = 1\n\ty = 2",
+        "<|endoftext|>",
+    ]
+)
+_CALLS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": st.text(max_size=8),
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries({"name": _TEXTS, "arguments": _TEXTS}),
+        }
+    ),
+    max_size=3,
+)
+_PLAIN = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool", "narrator"])},
+    optional={
+        "content": st.none() | _TEXTS,
+        "name": _TEXTS,
+        "refusal": st.none() | _TEXTS,
+        "tool_calls": _CALLS,
+        "function_call": st.fixed_dictionaries({"name": _TEXTS, "arguments": _TEXTS}),
+    },
+)
+
+
+@pytest.mark.parametrize("encoding", [O200K_BASE, CL100K_BASE])
+def test_the_bound_of_messages_of_text_is_never_below_their_count(encoding: str) -> None:
+    encoder = cached_encoder(encoding)
+
+    @given(st.lists(_PLAIN, max_size=4), st.integers(min_value=0, max_value=4))
+    def check(messages: list[Message], known: int) -> None:
+        counter = TokenCounter(encoder)
+        counter.messages(messages[:known])  # some counted already: their counts are used
+        bound = counter.at_most(messages)
+        assert bound is not None
+        assert bound >= TokenCounter(encoder).messages(messages)
+
+    check()
+
+
+def test_a_counted_message_is_bounded_by_its_count_and_media_by_nothing() -> None:
+    counter = TokenCounter(WordEncoder())
+    history: list[Message] = [user("one two three"), assistant("four")]
+    exact = counter.messages(history)
+    assert counter.at_most(history) == exact  # every count known: the bound is the count
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    assert counter.at_most([*history, {"role": "user", "content": [image]}]) is None
+    custom = {"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {}}]}
+    assert counter.at_most([custom]) is None  # counted as its JSON: not bounded by its strings
+    assert counter.at_most([{"role": "user", "content": "x", "name": 5}]) is None
+    assert counter.at_most([{"role": "assistant", "refusal": ["no"]}]) is None
+    assert counter.at_most(["not a message"]) is None
+    odd_arguments = {"role": "assistant", "function_call": {"name": "f", "arguments": {"a": 1}}}
+    assert counter.at_most([odd_arguments]) is None
+    assert TokenCounter(ApproximateEncoder()).at_most(history) is None
+
+
+def test_a_bound_counts_every_string_a_message_of_text_carries_as_bytes() -> None:
+    message = {
+        "role": "assistant",
+        "content": "héllo",  # 6 bytes
+        "name": "bot",
+        "refusal": None,
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "read", "arguments": "{}"}},
+            "not a call",  # ignored by the count: not bounded either
+        ],
+        "function_call": {"name": "old", "arguments": None},
+    }
+    strings = len("assistant") + 6 + len("bot") + len("read") + len("{}") + len("old")
+    framing = MESSAGE_TOKENS + NAME_TOKENS + 2 * TOOL_CALL_TOKENS
+    assert TokenCounter(WordEncoder()).at_most([message]) == REPLY_TOKENS + framing + strings
