@@ -233,8 +233,7 @@ class RecallRun:
             ending = [_event(out, named=named) for out in stream.finish(with_usage=usage_wanted)]
             if not named:
                 ending.append(b"data: [DONE]\n\n")
-            if ending:
-                yield b"".join(ending)
+            yield b"".join(ending)  # never empty: every API's stream has a closing event
             record(stream.first_usage)
         finally:
             if current is not None:

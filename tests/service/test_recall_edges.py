@@ -23,9 +23,12 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
+from proxy.adapters.upstream import UpstreamRequest
 from proxy.core.recall import ids_in, reference
 from proxy.mock_upstream import MockUpstream, Reply, ToolCall
 from proxy.mock_upstream.summarizer import is_summary_request
+from proxy.service.recalls import _events
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.servers import serve
@@ -359,6 +362,27 @@ async def test_events_that_come_in_one_read_go_to_the_client_in_one_write(
     assert response.content.endswith(b"data: [DONE]\n\n")
     # The 14 events came in one write: a read or two on the proxy's side, by the socket.
     assert len(writes) <= 3, [write[:60] for write in writes]
+
+
+async def test_a_read_that_ends_inside_an_event_waits_for_the_rest() -> None:
+    """The events a read completes go on together; a read ending mid-event adds nothing."""
+    first, second = _chunk({"content": "a"}) + b"\n\n", _chunk({"content": "b"}) + b"\n\n"
+    reads = [first[:20], first[20:] + second[:9], second[9:] + b"data: [DONE]\n\n"]
+
+    async def provider(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for read in reads:
+            await send({"type": "http.response.body", "body": read, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    upstream = AsgiUpstream(provider)
+    await upstream.open()
+    try:
+        response = await upstream.send(UpstreamRequest("POST", "x", "", []))
+        batches = [[event for _, event in batch] async for batch in _events(b"", response)]
+    finally:
+        await upstream.aclose()
+    assert batches == [[first], [second, b"data: [DONE]\n\n"]]
 
 
 async def test_a_streams_rounds_are_bounded_and_the_last_request_offers_no_recall(
