@@ -172,12 +172,24 @@ class ChatStream:
         return [] if out is None else [out]
 
     def _fed(self, chunk: JSON) -> JSON | None:
+        """What to relay for `chunk`: `chunk` itself when it goes on unchanged (most of a
+        stream: its text, the relay then sends the provider's own bytes)."""
         usage = chunk.get("usage")
         chunk = self._framed(chunk)
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices:
             return None if isinstance(usage, dict) else chunk
-        choice = dict(choices[0]) if isinstance(choices[0], dict) else {}
+        first = choices[0]
+        if (
+            isinstance(first, dict)
+            and isinstance(first.get("delta"), dict)
+            and "tool_calls" not in first["delta"]
+            and not first.get("finish_reason")
+        ):
+            if isinstance(first["delta"].get("content"), str):
+                self._text.append(first["delta"]["content"])
+            return chunk  # text, or a role: nothing to take out or hold
+        choice = dict(first) if isinstance(first, dict) else {}
         delta = dict(choice.get("delta") or {})
         if isinstance(delta.get("content"), str):
             self._text.append(delta["content"])
@@ -206,7 +218,7 @@ class ChatStream:
             self._frame = {k: chunk[k] for k in ("created", "model") if k in chunk}
         if self.response_id is None and isinstance(chunk.get("id"), str):
             self.response_id = chunk["id"]
-        elif self.response_id is not None and "id" in chunk:
+        elif self.response_id is not None and "id" in chunk and chunk["id"] != self.response_id:
             chunk = {**chunk, "id": self.response_id}
         if isinstance(chunk.get("usage"), dict):
             self._round_usage = chunk["usage"]

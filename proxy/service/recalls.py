@@ -251,7 +251,11 @@ class RecallRun:
                     if b"[DONE]" not in event:
                         out.append(event)  # a comment (a keep-alive)
                     continue
-                out += [_event(chunk, named=named) for chunk in stream.feed(data)]
+                # A chunk the rewriting left as it was goes on as the provider's bytes.
+                out += [
+                    event if chunk is data else _event(chunk, named=named)
+                    for chunk in stream.feed(data)
+                ]
             if out:
                 yield b"".join(out)
 

@@ -901,3 +901,19 @@ def test_a_refusal_with_no_round_asked_changes_nothing() -> None:
     responses.refused()
     assert chat.finish(with_usage=True) == []
     assert responses.finish() == []
+
+
+def test_a_chat_streams_text_and_role_chunks_go_on_as_the_very_chunks_received() -> None:
+    """The relay then sends the provider's own bytes for them; their text is still kept for
+    a round that goes on."""
+    stream = ChatStream()
+    role = {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+    words = [
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}
+        for w in ("Port ", "8080.")
+    ]
+    for chunk in (role, *words):
+        assert stream.feed(chunk)[0] is chunk
+    body = {"messages": [user("which port?")]}
+    asked = stream.continued(body, [])
+    assert asked["messages"][-1]["content"] == "Port 8080."

@@ -362,6 +362,9 @@ async def test_events_that_come_in_one_read_go_to_the_client_in_one_write(
     assert response.content.endswith(b"data: [DONE]\n\n")
     # The 14 events came in one write: a read or two on the proxy's side, by the socket.
     assert len(writes) <= 3, [write[:60] for write in writes]
+    # Text the rewriting leaves as it was goes on as the provider's own bytes.
+    for word in words:
+        assert _chunk({"content": word}) + b"\n\n" in response.content
 
 
 async def test_a_read_that_ends_inside_an_event_waits_for_the_rest() -> None:
