@@ -105,29 +105,25 @@ async def _proxied(watched: Watched, window: int) -> AsyncIterator[httpx.AsyncCl
                 yield client
 
 
-async def test_a_turn_far_below_the_trigger_goes_out_before_its_new_result_is_counted(
-    watched: Watched,
+@pytest.mark.parametrize(
+    ("window", "order"),
+    [
+        (128_000, ["forwarded", "counted"]),
+        # The new result's bytes bound its tokens above this small window's trigger, though
+        # its count is far below: whether to compact is decided by the count, first.
+        (4_000, ["counted", "forwarded"]),
+    ],
+    ids=["far-below-the-trigger-forwarded-first", "may-reach-the-trigger-counted-first"],
+)
+async def test_a_turn_is_counted_first_only_when_its_count_could_change_what_goes_out(
+    watched: Watched, window: int, order: list[str]
 ) -> None:
-    async for client in _proxied(watched, 128_000):
+    async for client in _proxied(watched, window):
         response = await client.post("/v1/chat/completions", json=_body())
     assert response.status_code == 200
-    assert watched.events == ["forwarded", "counted"]
+    assert watched.events == order
     # Counted all the same: what the answer reports is the exact count.
     watched.events.clear()
     exact = TokenCounter(cached_encoder(O200K_BASE)).request(_body())
     assert response.headers["x-compaction-tokens-after"] == str(exact)
     assert response.headers["x-compaction-applied"] == "none"
-
-
-async def test_a_turn_that_may_reach_the_trigger_is_counted_before_it_goes_out(
-    watched: Watched,
-) -> None:
-    # The new result's bytes bound its tokens above this small window's trigger, though its
-    # count is far below: whether to compact is decided by the count.
-    async for client in _proxied(watched, 4_000):
-        response = await client.post("/v1/chat/completions", json=_body())
-    assert response.status_code == 200
-    assert watched.events == ["counted", "forwarded"]
-    watched.events.clear()
-    exact = TokenCounter(cached_encoder(O200K_BASE)).request(_body())
-    assert response.headers["x-compaction-tokens-after"] == str(exact)
