@@ -44,6 +44,9 @@ BYTES_PER_VALUE: Final = 16
 """A body walked for its depth and wide floats holds at most one value per this many bytes;
 a denser one is checked by its bytes instead (a walk costs about 50 ns a value, the byte
 checks under 1 ns a byte)."""
+WALK_MIN_BYTES: Final = 2048
+"""A value this small is checked by its bytes, not walked: the walk's own cost (a few us)
+is then most of a parse, paid for every event of a stream the proxy reads."""
 _TOO_DEEP: Final = f"the JSON value is nested more than {MAX_DEPTH} levels deep"
 _CANONICAL_FALLBACK: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 _COMPACT_FALLBACK: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
@@ -98,9 +101,12 @@ def loads(raw: bytes | str) -> Any:
     # orjson reads integers beyond 64 bits as floats, silently changing them. A chat body is
     # mostly text in a few hundred values: one walk over them finds the depth and any float
     # as large as such an integer, at a sixth of the cost of checking the bytes.
-    found = _scan(value, budget=len(data) // BYTES_PER_VALUE)
+    found = (
+        _scan(value, budget=len(data) // BYTES_PER_VALUE) if len(data) > WALK_MIN_BYTES else None
+    )
     if found is None:
-        # Dense in values (a long array of numbers): the checks that follow the bytes.
+        # Small (a stream's event) or dense in values (a long array of numbers): the checks
+        # that follow the bytes.
         if _nineteen_digits(data):
             value = _standard_loads(raw)
         return _checked(value)
