@@ -6,11 +6,13 @@ import itertools
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.anthropic_stream import MessagesTap
 from proxy.core.sse import opening_error
+from tests.core.splits import ends_an_event, splits
 
 
 def event(kind: str, **data: Any) -> bytes:
@@ -100,3 +102,31 @@ def test_text_deltas_alone_go_on_whole_and_event_by_event(cuts: list[int], crlf:
     assert b"".join(relayed) + tap.flush() == stream
     assert all(out.endswith((b"\n\n", b"\n\r\n")) for out in relayed if out)
     assert tap.usage is None
+
+
+DELTAS = b"".join(
+    event("content_block_delta", index=0, delta={"type": "text_delta", "text": f"w{n} "})
+    for n in range(3)
+)
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+@pytest.mark.parametrize(
+    "stream",
+    [STREAM, START + DELTAS + STREAM[len(START) :], DELTAS],
+    ids=["usage-events", "deltas-between-them", "deltas-only"],
+)
+def test_every_split_relays_the_same_events_and_usage(stream: bytes, crlf: bool) -> None:
+    # Each split of the reads a socket could make, fed by hand: a read of text deltas only
+    # (after `message_start`, or with no usage event at all), a usage event cut in two, ...
+    if crlf:
+        stream = stream.replace(b"\n", b"\r\n")
+    whole = MessagesTap()
+    expected = whole.feed(stream) + whole.flush()
+    assert expected == stream
+    for pieces in splits(stream):
+        tap = MessagesTap()
+        relayed = [tap.feed(piece) for piece in pieces]
+        assert b"".join(relayed) + tap.flush() == stream
+        assert all(ends_an_event(out) for out in relayed if out)
+        assert tap.usage == whole.usage

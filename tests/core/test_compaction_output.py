@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.compaction_output import ItemFirst, with_item
 from proxy.core.compaction_replies import sse
+from tests.core.splits import ends_an_event, splits
 
 ITEM: Any = {"type": "compaction", "id": "cmp_1", "encrypted_content": "compaction-proxy.1.x"}
 MESSAGE: Any = {"type": "message", "id": "msg_1", "role": "assistant", "content": []}
@@ -89,3 +91,17 @@ def test_events_without_numbers_or_type_and_an_unterminated_tail_go_as_they_came
 @given(st.lists(st.integers(0, len(stream())), max_size=12))
 def test_however_the_bytes_are_cut_the_stream_is_the_same(cuts: list[int]) -> None:
     assert rewritten(stream(), cuts) == rewritten(stream(), [])
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+def test_every_split_gives_the_same_stream(crlf: bool) -> None:
+    # Each split a socket could make, fed by hand: the opening events apart from the first
+    # one the item goes before, an event cut in two, a byte at a time, ...
+    raw = stream().replace(b"\n\n", b"\r\n\r\n") if crlf else stream()
+    expected = rewritten(raw, [])
+    assert expected != raw  # the item's events went in
+    for pieces in splits(raw):
+        rewriter = ItemFirst(ITEM)
+        out = [rewriter.feed(piece) for piece in pieces]
+        assert b"".join(out) + rewriter.flush() == expected
+        assert all(ends_an_event(piece) for piece in out if piece)

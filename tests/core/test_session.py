@@ -14,6 +14,7 @@ from proxy.core.session import (
     Checkpoint,
     CompactionRecord,
     SessionState,
+    TurnPoint,
     chain_hashes,
     content_hash,
     find_checkpoint,
@@ -153,3 +154,13 @@ def test_view_of_new_checkpoint_reproduces_the_compaction(
     assert view(head, body, made) == compacted
     longer = [*body, assistant("next")]
     assert view(head, longer, made) == [*compacted, assistant("next")]
+
+
+def test_a_timeline_point_reads_back_as_written_and_an_older_one_gets_the_defaults() -> None:
+    point = TurnPoint(
+        turn=3, at=12.5, pressure=0.8, tokens_before=900, tokens_after=400, action="trim", recalls=2
+    )
+    assert TurnPoint.from_json(point.to_json()) == point
+    # Stored before `recalls` existed (a rolling upgrade's older replica wrote it).
+    older = {key: value for key, value in point.to_json().items() if key != "recalls"}
+    assert TurnPoint.from_json(older) == replace(point, recalls=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from proxy.core.sse import (
     usage_requested_in,
     with_usage_requested,
 )
+from tests.core.splits import ends_an_event, splits
 
 USAGE = {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125}
 
@@ -215,3 +217,42 @@ def test_the_usage_option_is_not_written_in_where_options_are_set() -> None:
     body = {"stream": True, "stream_options": {"include_obfuscation": False}}
     assert usage_requested_in(json.dumps(body).encode(), body) is None
     assert usage_requested_in(b"[1]", {}) is None
+
+
+RESPONSES_STREAM = b"".join(
+    [
+        typed("response.created", response={"status": "in_progress", "usage": None}),
+        typed("response.output_text.delta", delta='the "usage" field'),
+        typed(
+            "response.completed",
+            response={"status": "completed", "usage": {"input_tokens": 120, "output_tokens": 5}},
+        ),
+    ]
+)
+PLAIN_STREAM = CHUNKS[0] + CHUNKS[1] + CHUNKS[2] + CHUNKS[4]
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+@pytest.mark.parametrize("strip", [True, False], ids=["strip", "keep"])
+@pytest.mark.parametrize(
+    "stream",
+    [STREAM, PLAIN_STREAM + STREAM, PLAIN_STREAM, RESPONSES_STREAM],
+    ids=["chat-usage-chunk", "plain-reads-then-usage", "no-usage", "responses"],
+)
+def test_every_split_relays_the_same_events_and_usage(
+    stream: bytes, strip: bool, crlf: bool
+) -> None:
+    # Each split a socket could make, fed by hand: reads with no usage value (relayed whole),
+    # the usage chunk cut in two, a read ending inside an event, ...
+    usage_chunk = CHUNKS[3] in stream
+    if crlf:
+        stream = stream.replace(b"\n\n", b"\r\n\r\n")
+    whole = StreamTap(strip_usage_chunk=strip)
+    expected = whole.feed(stream) + whole.flush()
+    for pieces in splits(stream):
+        tap = StreamTap(strip_usage_chunk=strip)
+        relayed = [tap.feed(piece) for piece in pieces]
+        assert b"".join(relayed) + tap.flush() == expected
+        assert all(ends_an_event(out) for out in relayed if out)
+        assert tap.usage == whole.usage
+    assert (expected == stream) is not (strip and usage_chunk)  # only the usage chunk is dropped
