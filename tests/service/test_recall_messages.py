@@ -22,13 +22,14 @@ from anthropic.types import Message
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core.tokens import O200K_BASE
 from proxy.mock_upstream import MockUpstream, Reply, ToolCall
 from proxy.web import create_app
 from tests.conftest import make_settings
 from tests.mock_messages import EPHEMERAL, MODEL, READ_FILE, echoed, tool_result
-from tests.servers import serve, serve_in_thread
+from tests.servers import serve_in_thread
 from tests.service.messages_run import (
     THINKING,
     anthropic_sdk,
@@ -67,11 +68,13 @@ def context() -> dict[str, Any]:
 
 @pytest.fixture
 async def proxy_app(provider: MockUpstream, context: dict[str, Any]) -> AsyncIterator[FastAPI]:
-    async with serve(provider.app) as base_url:
-        settings = make_settings(f"{base_url}/v1", context=context)
-        app = create_app(settings)
-        async with LifespanManager(app):
-            yield app
+    # In process: the upstream's reads are the chunks the mock sent, the same on every run (a
+    # socket's would be split as the kernel chose: tests/gates.py); the real sockets have a
+    # test of their own below.
+    settings = make_settings("http://unused.invalid/v1", context=context)
+    app = create_app(settings, upstream=AsgiUpstream(provider.app))
+    async with LifespanManager(app):
+        yield app
 
 
 @pytest.fixture
@@ -219,10 +222,13 @@ async def _compacted(client: Client, provider: MockUpstream) -> dict[str, Any]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 async def test_a_call_of_the_proxys_tool_beside_the_clients_goes_back_without_it(
-    sdk: anthropic.AsyncAnthropic, provider: MockUpstream, stream: bool
+    sdk: anthropic.AsyncAnthropic, proxy_app: FastAPI, provider: MockUpstream, stream: bool
 ) -> None:
     client = Client(sdk, stream)
     last = await _compacted(client, provider)
+    # The summaries the compactions asked for are written first: the scripted answer below is
+    # for the client's request, not for a summary request still on its way.
+    await proxy_app.state.service.settle()
     [rid, *_] = re.findall(r"rc_[a-z2-7]{10}", json.dumps(last["messages"]))
     recall = ToolCall("context_recall", json.dumps({"id": rid}), id="toolu_recall")
     read = ToolCall("read_file", json.dumps({"path": "config/part_0.env"}), id="toolu_read")
