@@ -92,18 +92,19 @@ async def test_the_upstreams_errors_go_as_they_came(proxy: Running) -> None:
     assert "compaction" not in (await read(reply)).decode()
 
 
-async def test_a_stream_cut_anywhere_gets_its_item_first() -> None:
+@pytest.mark.parametrize("tail", [b"data: {unterminated", b""], ids=["unterminated", "whole"])
+async def test_a_stream_cut_anywhere_gets_its_item_first(tail: bytes) -> None:
     event = b'event: response.completed\ndata: {"type": "response.completed", "sequence_number"'
     rest = b': 0, "response": {"output": []}}\n\n'
 
     async def chunks() -> AsyncIterator[bytes]:
-        for chunk in (event, rest, b"data: {unterminated"):
+        for chunk in (event, rest, tail):
             yield chunk
 
     item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "x"}
     reply = with_compaction_item(Reply(200, [], chunks()), item)
     out = await read(reply)
-    assert out.endswith(b"data: {unterminated")
+    assert out.endswith(tail or b"\n\n")
     completed = json.loads(out.split(b"\n\n")[2].split(b"data: ")[1])
     assert completed["response"]["output"] == [item]
     assert completed["sequence_number"] == 2

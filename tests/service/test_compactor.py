@@ -41,6 +41,7 @@ from proxy.service.preparer import Preparer
 from proxy.service.replies import Incoming
 from proxy.service.turns import Turn, Turns
 from tests.builders import assistant, assistant_calls, system, tool_result, user
+from tests.service.stores import TurnTaking
 
 WINDOW = 6_000
 SUMMARY_FAILS = {"error": {"message": "the summary brain is down", "type": "server_error"}}
@@ -235,6 +236,25 @@ async def test_a_compaction_stored_before_the_lock_was_taken_is_used(parts: Part
     assert again.checkpoint == done.checkpoint
     assert again.messages == done.messages
     assert len(parts.mock.summary_requests) == 1
+
+
+async def test_two_requests_compacting_at_once_store_one_checkpoint_and_both_forward_it() -> None:
+    """Two requests of one conversation over the trigger, served at once, each store call a
+    turn of the loop (as on Redis, where two replicas race): both look for a prepared summary
+    before either stores; the first to store wins, and the other forwards the winner's view
+    instead of its own, with no second compaction recorded or folded."""
+    async for parts in build(store=TurnTaking()):
+        messages = history(18)
+        first, second = await turn_of(parts, messages), await turn_of(parts, messages)
+        one, two = await asyncio.gather(
+            parts.compactor.before_forward(first), parts.compactor.before_forward(second)
+        )
+        assert one.checkpoint is not None
+        assert two.checkpoint == one.checkpoint
+        assert two.messages == one.messages
+        assert parts.counted("compactions") == 1
+        await parts.compactor.preparer.settle()
+        assert len(parts.mock.summary_requests) == 1  # what the winner dropped, folded once
 
 
 async def test_a_request_in_cooldown_adopts_a_newer_checkpoint() -> None:

@@ -29,6 +29,7 @@ from proxy.service import memory as memory_module
 from proxy.service.memory import CALIBRATION_JUMP, MAX_FACTS, Memory
 from tests.builders import assistant, system, user
 from tests.redis_server import RedisServer
+from tests.service.outage import OUTAGES, Outage, outage_of
 from tests.service.stores import STORES, store_of
 
 TENANT = "tenant-a"
@@ -385,24 +386,34 @@ async def test_while_the_breaker_is_open_no_call_is_made_even_if_redis_is_back(
 
 # Metrics are optional (the server always passes its own): without them, the same, uncounted.
 @pytest.mark.parametrize("counting", [True, False], ids=["metrics", "no-metrics"])
-async def test_a_probe_that_finds_redis_back_closes_the_breaker(
-    redis_server: RedisServer,
-    redis_store: Store,
+@pytest.mark.parametrize("kind", OUTAGES)
+async def test_a_probe_that_finds_the_store_back_closes_the_breaker(
+    kind: str,
+    request: pytest.FixtureRequest,
     metrics: Metrics,
     caplog: pytest.LogCaptureFixture,
     counting: bool,
 ) -> None:
-    memory = Memory(redis_store, metrics=metrics if counting else None, probe_interval_s=0.05)
-    redis_server.stop()
+    async with outage_of(kind, request, timeout_s=0.5) as outage:
+        await _probed_back(outage, metrics if counting else None, caplog)
+
+
+async def _probed_back(
+    outage: Outage, metrics: Metrics | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = outage.store
+    memory = Memory(store, metrics=metrics, probe_interval_s=0.05)
+    outage.stop()
     await memory.begin_turn(TENANT, "s1", "mock-model", at=1.0)
-    redis_server.start()
+    outage.start()
     # Served around, this call starts the probe; the one after it reaches Redis again.
     assert await memory.session(TENANT, "s1") is None
     await until(lambda: not memory.down, "the breaker did not close")
-    assert counted(metrics) == ((2, 1, 0) if counting else (0, 0, 0))
+    if metrics is not None:
+        assert counted(metrics) == (2, 1, 0)
     assert logged(caplog, "session store is back") == 1
     await memory.begin_turn(TENANT, "s2", "mock-model", at=2.0)
-    assert await redis_store.load_session(TENANT, "s2") is not None
+    assert await store.load_session(TENANT, "s2") is not None
     await memory.aclose()
 
 

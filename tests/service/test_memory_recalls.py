@@ -2,7 +2,8 @@
 read raises, so the caller tells "no such id" from "the store cannot say".
 
 The fault tests stop a private redis-server under a real `RedisStore`, as in
-tests/service/test_memory.py; nothing of the store is faked.
+tests/service/test_memory.py; the one that needs no store call runs on the embedded store
+refusing calls too (tests/service/outage.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from proxy.service.memory import Memory
 from tests.builders import assistant, user
 from tests.redis_server import RedisServer
 from tests.service import test_memory as memory_tests
+from tests.service.outage import OUTAGES, Outage, outage_of
 from tests.service.test_memory import counted
 
 TENANT = "tenant-a"
@@ -39,12 +41,18 @@ async def test_recall_ids_put_are_recalled_in_their_session(store: Store) -> Non
     assert await memory.recalled(TENANT, "s1", "rc_unknown") is None
 
 
+@pytest.mark.parametrize("kind", OUTAGES)
 async def test_without_a_session_nothing_is_recallable_and_no_call_made(
-    redis_server: RedisServer, redis_store: Store
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
+    async with outage_of(kind, request) as outage:
+        await _without_a_session(outage)
+
+
+async def _without_a_session(outage: Outage) -> None:
     metrics = Metrics()
-    memory = Memory(redis_store, metrics=metrics, probe_interval_s=60)
-    redis_server.stop()
+    memory = Memory(outage.store, metrics=metrics, probe_interval_s=60)
+    outage.stop()  # a call made would fail, and be counted
     assert await memory.put_recalls(TENANT, None, RECALLS, BODIES) is False
     assert await memory.recalled(TENANT, None, "rc_k3j4h5g6f7") is None
     assert counted(metrics) == (0, 0, 0)

@@ -27,8 +27,7 @@ from proxy.mock_upstream import MockUpstream, Reply
 from proxy.service import preparer as preparer_module
 from proxy.service.outcome import unchanged
 from proxy.service.turns import Turn
-from tests.redis_server import RedisServer
-from tests.service.stores import store_of
+from tests.service.outage import OUTAGES, Outage, outage_of
 from tests.service.test_compactor import (
     SUMMARY_FAILS,
     WINDOW,
@@ -348,42 +347,46 @@ async def test_a_stored_summary_another_version_wrote_is_ignored(parts: Parts, r
     assert await parts.compactor.preparer.find("t", "s", ["k"]) == {}
 
 
+@pytest.fixture(params=OUTAGES)
+async def outage(request: pytest.FixtureRequest) -> AsyncIterator[Outage]:
+    async with outage_of(request.param, request, timeout_s=0.3) as made:
+        yield made
+
+
 async def test_with_the_store_down_summaries_are_kept_here_and_stored_when_it_is_back(
-    request: pytest.FixtureRequest, redis_server: RedisServer
+    outage: Outage,
 ) -> None:
-    async with store_of("redis", request, timeout_s=0.3) as store:
-        async for parts in build(policy=POLICY, store=store):
-            preparer = parts.compactor.preparer
-            redis_server.stop()
-            turn = await turn_of(parts, history(PREPARED))
-            assert parts.memory.down
-            preparer.prepare(turn, unchanged(turn))
-            assert running(parts) == 0  # without the store: no summary ahead
-            # What a truncation drops is summarized all the same, and kept here.
-            at_trigger = await turn_of(parts, history(AT_TRIGGER))
-            dropped = fallback_of(at_trigger)
-            preparer.fold(at_trigger, dropped)
-            await preparer.settle()
-            assert len(parts.mock.summary_requests) == 1
-            kept = await preparer.find(
-                at_trigger.tenant, at_trigger.session, [dropped.covers or ""]
-            )
-            assert list(kept) == [dropped.covers]
-            # The next job tries to store it first; still down, it stays here.
-            other = await turn_of(parts, history(AT_TRIGGER, topic="other"), session="s2")
-            preparer.fold(other, fallback_of(other))
-            await preparer.settle()
-            redis_server.start()
-            while parts.memory.down:
-                await parts.memory.find_summaries("t", "s", ["k"])
-                await asyncio.sleep(0.05)
-            third = await turn_of(parts, history(AT_TRIGGER, topic="third"), session="s3")
-            preparer.fold(third, fallback_of(third))
-            await preparer.settle()
-            stored = await store.find_summaries(
-                at_trigger.tenant, at_trigger.session or "", [dropped.covers or ""]
-            )
-            assert list(stored) == [dropped.covers]
+    store = outage.store
+    async for parts in build(policy=POLICY, store=store):
+        preparer = parts.compactor.preparer
+        outage.stop()
+        turn = await turn_of(parts, history(PREPARED))
+        assert parts.memory.down
+        preparer.prepare(turn, unchanged(turn))
+        assert running(parts) == 0  # without the store: no summary ahead
+        # What a truncation drops is summarized all the same, and kept here.
+        at_trigger = await turn_of(parts, history(AT_TRIGGER))
+        dropped = fallback_of(at_trigger)
+        preparer.fold(at_trigger, dropped)
+        await preparer.settle()
+        assert len(parts.mock.summary_requests) == 1
+        kept = await preparer.find(at_trigger.tenant, at_trigger.session, [dropped.covers or ""])
+        assert list(kept) == [dropped.covers]
+        # The next job tries to store it first; still down, it stays here.
+        other = await turn_of(parts, history(AT_TRIGGER, topic="other"), session="s2")
+        preparer.fold(other, fallback_of(other))
+        await preparer.settle()
+        outage.start()
+        while parts.memory.down:
+            await parts.memory.find_summaries("t", "s", ["k"])
+            await asyncio.sleep(0.05)
+        third = await turn_of(parts, history(AT_TRIGGER, topic="third"), session="s3")
+        preparer.fold(third, fallback_of(third))
+        await preparer.settle()
+        stored = await store.find_summaries(
+            at_trigger.tenant, at_trigger.session or "", [dropped.covers or ""]
+        )
+        assert list(stored) == [dropped.covers]
 
 
 # --- what was used, what was wasted ------------------------------------------------------------
@@ -505,30 +508,30 @@ async def test_one_failed_summary_does_not_stop_the_next(parts: Parts) -> None:
 
 
 async def test_jobs_storing_what_the_outage_kept_at_once_each_store_it_once(
-    request: pytest.FixtureRequest, redis_server: RedisServer
+    outage: Outage,
 ) -> None:
     """Summaries written while the store was down wait here; the jobs that start once it is
     back store them first, several at once: none may fail for another having stored it (a
     replica's log showed 'a background summary failed: KeyError' after a Redis restart)."""
-    async with store_of("redis", request, timeout_s=0.3) as store:
-        async for parts in build(policy=POLICY, store=store):
-            preparer = parts.compactor.preparer
-            redis_server.stop()
-            kept = []
-            for topic in ("one", "two", "three", "four", "five", "six"):
-                turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
-                dropped = fallback_of(turn)
-                preparer.fold(turn, dropped)
-                kept.append((turn.tenant, turn.session or "", dropped.covers or ""))
-            await preparer.settle()
-            redis_server.start()
-            while parts.memory.down:
-                await parts.memory.find_summaries("t", "s", ["k"])
-                await asyncio.sleep(0.05)
-            for topic in ("seven", "eight", "nine", "ten"):
-                turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
-                preparer.fold(turn, fallback_of(turn))
-            await preparer.settle()
-            assert parts.counted("background_task_failures") == 0
-            for tenant, session, key in kept:
-                assert list(await store.find_summaries(tenant, session, [key])) == [key]
+    store = outage.store
+    async for parts in build(policy=POLICY, store=store):
+        preparer = parts.compactor.preparer
+        outage.stop()
+        kept = []
+        for topic in ("one", "two", "three", "four", "five", "six"):
+            turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
+            dropped = fallback_of(turn)
+            preparer.fold(turn, dropped)
+            kept.append((turn.tenant, turn.session or "", dropped.covers or ""))
+        await preparer.settle()
+        outage.start()
+        while parts.memory.down:
+            await parts.memory.find_summaries("t", "s", ["k"])
+            await asyncio.sleep(0.05)
+        for topic in ("seven", "eight", "nine", "ten"):
+            turn = await turn_of(parts, history(AT_TRIGGER, topic=topic), session=topic)
+            preparer.fold(turn, fallback_of(turn))
+        await preparer.settle()
+        assert parts.counted("background_task_failures") == 0
+        for tenant, session, key in kept:
+            assert list(await store.find_summaries(tenant, session, [key])) == [key]

@@ -17,11 +17,12 @@ import openai
 import pytest
 from asgi_lifespan import LifespanManager
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
 from proxy.demo.streams import StreamedMessage
 from proxy.mock_upstream import AgentScript, MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
-from tests.servers import serve, serve_in_thread
+from tests.servers import serve_in_thread
 from tests.service.agent_run import TOOLS, chat_requests, sdk_for
 
 WINDOW = 6000
@@ -50,11 +51,13 @@ def provider() -> MockUpstream:
 
 @pytest.fixture
 async def sdk(provider: MockUpstream) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with serve(provider.app) as base_url:
-        settings = make_settings(f"{base_url}/v1", context=CONTEXT)
-        app = create_app(settings)
-        async with LifespanManager(app), sdk_for(app, "sk-recall") as client:
-            yield client
+    # In process: the upstream's reads are the chunks the mock sent, the same on every run (a
+    # socket's would be split as the kernel chose: tests/gates.py); the real sockets have a
+    # test of their own below.
+    settings = make_settings("http://unused.invalid/v1", context=CONTEXT)
+    app = create_app(settings, upstream=AsgiUpstream(provider.app))
+    async with LifespanManager(app), sdk_for(app, "sk-recall") as client:
+        yield client
 
 
 async def _complete(sdk: openai.AsyncOpenAI, messages: list[Any], stream: bool) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from proxy.mock_upstream.summarizer import is_summary_request
 from proxy.service.recalls import _events
 from proxy.web import create_app
 from tests.conftest import make_settings
-from tests.servers import serve
 from tests.service.agent_run import TOOLS
 from tests.service.recall_history import (
     CONTEXT,
@@ -122,10 +121,12 @@ def tampered(provider: MockUpstream) -> Tampered:
 
 @pytest.fixture
 async def app(tampered: Tampered) -> AsyncIterator[FastAPI]:
-    async with serve(tampered) as base_url:
-        application = create_app(make_settings(f"{base_url}/v1", context=CONTEXT))
-        async with LifespanManager(application):
-            yield application
+    # In process: the upstream's reads are the chunks its app sent, the same on every run (a
+    # socket's would be split as the kernel chose: tests/gates.py).
+    settings = make_settings("http://unused.invalid/v1", context=CONTEXT)
+    application = create_app(settings, upstream=AsgiUpstream(tampered))
+    async with LifespanManager(application):
+        yield application
 
 
 @pytest.fixture

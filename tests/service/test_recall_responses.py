@@ -17,10 +17,10 @@ import openai
 import pytest
 from asgi_lifespan import LifespanManager
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
 from proxy.mock_upstream import MockUpstream
 from proxy.web import create_app
 from tests.conftest import make_settings
-from tests.servers import serve
 from tests.service.agent_run import sdk_for
 from tests.service.responses_run import INCLUDE, INSTRUCTIONS, TOOLS, responses_requests
 from tests.service.test_recall import CONTEXT, SCRIPT, SECRET, WINDOW, file_text
@@ -35,11 +35,13 @@ def provider() -> MockUpstream:
 
 @pytest.fixture
 async def sdk(provider: MockUpstream) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with serve(provider.app) as base_url:
-        settings = make_settings(f"{base_url}/v1", context=CONTEXT)
-        app = create_app(settings)
-        async with LifespanManager(app), sdk_for(app, "sk-recall-responses") as client:
-            yield client
+    # In process: the upstream's reads are the chunks the mock sent, the same on every run (a
+    # socket's would be split as the kernel chose: tests/gates.py); tests/service/
+    # test_recall.py runs the recall rounds over real sockets.
+    settings = make_settings("http://unused.invalid/v1", context=CONTEXT)
+    app = create_app(settings, upstream=AsgiUpstream(provider.app))
+    async with LifespanManager(app), sdk_for(app, "sk-recall-responses") as client:
+        yield client
 
 
 async def _respond(

@@ -20,12 +20,13 @@ import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
 from proxy.mock_upstream import MockUpstream, Reply, ToolCall
 from proxy.web import create_app
 from tests.conftest import make_settings
-from tests.redis_server import RedisServer
 from tests.servers import serve
 from tests.service.agent_run import TOOLS
+from tests.service.outage import OUTAGES, outage_of
 from tests.service.recall_history import (
     CONTEXT,
     HIDDEN,
@@ -50,10 +51,12 @@ def sections() -> dict[str, Any]:
 
 @pytest.fixture
 async def app(provider: MockUpstream, sections: dict[str, Any]) -> AsyncIterator[FastAPI]:
-    async with serve(provider.app) as base_url:
-        application = create_app(make_settings(f"{base_url}/v1", **sections))
-        async with LifespanManager(application):
-            yield application
+    # In process: the upstream's reads are the chunks the mock sent, the same on every run (a
+    # socket's would be split as the kernel chose: tests/gates.py).
+    settings = make_settings("http://unused.invalid/v1", **sections)
+    application = create_app(settings, upstream=AsgiUpstream(provider.app))
+    async with LifespanManager(application):
+        yield application
 
 
 @pytest.fixture
@@ -288,21 +291,21 @@ async def test_a_client_leaving_mid_recall_closes_the_upstream_stream(
     assert provider.streams_abandoned == 1
 
 
+@pytest.mark.parametrize("kind", OUTAGES)
 async def test_with_the_store_down_a_recall_says_unavailable(
-    redis_server: RedisServer, provider: MockUpstream
+    kind: str, request: pytest.FixtureRequest, provider: MockUpstream
 ) -> None:
-    async with serve(provider.app) as base_url:
-        settings = make_settings(
-            f"{base_url}/v1", context=CONTEXT, redis={"url": redis_server.url, "timeout_s": 0.5}
-        )
-        application = create_app(settings)
+    async with outage_of(kind, request, timeout_s=0.5) as outage:
+        settings = make_settings("http://unused.invalid/v1", context=CONTEXT, redis=outage.redis)
+        upstream = AsgiUpstream(provider.app)
+        application = create_app(settings, upstream=upstream, store=outage.store)
         async with LifespanManager(application):
             http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=application))
             async with openai.AsyncOpenAI(
                 api_key="sk-down", base_url="http://proxy/v1", http_client=http, max_retries=0
             ) as client:
                 await compacted_ids(client, provider)
-                redis_server.stop()
+                outage.stop()
                 provider.queue(
                     Reply(content=None, tool_calls=(recall("rc_aaaaaaaaaa"),)),
                     Reply(content="answered anyway"),

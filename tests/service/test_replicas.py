@@ -10,8 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
+from proxy.adapters.store import MemoryStore, Store
+from proxy.adapters.upstream import Upstream
 from proxy.core.session import tenant_of
 from proxy.mock_upstream import MockUpstream
 from proxy.service import ProxyService
@@ -20,6 +24,7 @@ from tests.conftest import make_settings
 from tests.redis_server import RedisServer
 from tests.servers import free_port, proxy_process, serve, serve_in_thread, until
 from tests.service.agent_run import chat_requests
+from tests.service.stores import STORES
 
 CONTEXT = {
     "output_reserved": 200,
@@ -55,19 +60,51 @@ class Replica(httpx.AsyncClient):
 
 @asynccontextmanager
 async def proxy(
-    upstream_url: str, redis_url: str, *, window: int | None = None
+    upstream_url: str,
+    redis_url: str,
+    *,
+    window: int | None = None,
+    store: Store | None = None,
+    upstream: Upstream | None = None,
 ) -> AsyncIterator[Replica]:
-    """The proxy in front of `upstream_url`; `window` configures the model's window (else the
-    upstream's /v1/models tells it)."""
+    """The proxy in front of `upstream_url` (or `upstream`, in process), on Redis at
+    `redis_url` (or on `store`); `window` configures the model's window (else the upstream's
+    /v1/models tells it)."""
     models = {"mock-model": {"context_window": window}} if window else {}
     settings = make_settings(upstream_url, redis={"url": redis_url}, context=CONTEXT, models=models)
-    app = create_app(settings)
+    app = create_app(settings, store=store, upstream=upstream)
     async with (
         LifespanManager(app),
         Replica(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as http,
     ):
         http.service = app.state.service
         yield http
+
+
+@asynccontextmanager
+async def two_replicas(
+    kind: str, request: pytest.FixtureRequest, provider: MockUpstream
+) -> AsyncIterator[tuple[Replica, Replica]]:
+    """Two replicas of the proxy on one store: Redis ("redis", the mock on a socket), or the
+    embedded store both are handed ("embedded", the mock in process: the same on every run,
+    and needing no redis-server)."""
+    if kind == "embedded":
+        shared = MemoryStore()
+        async with (
+            proxy("http://unused.invalid/v1", "", store=shared, upstream=AsgiUpstream(provider.app))
+            as one,
+            proxy("http://unused.invalid/v1", "", store=shared, upstream=AsgiUpstream(provider.app))
+            as two,
+        ):  # fmt: skip
+            yield one, two
+        return
+    redis_server: RedisServer = request.getfixturevalue("redis_server")
+    async with (
+        serve(provider.app) as base,
+        proxy(f"{base}/v1", redis_server.url) as one,
+        proxy(f"{base}/v1", redis_server.url) as two,
+    ):
+        yield one, two
 
 
 async def chat(http: httpx.AsyncClient, messages: list[dict[str, Any]]) -> httpx.Response:
@@ -97,13 +134,10 @@ async def test_restart_reuses_the_stored_checkpoint(redis_server: RedisServer) -
     assert again.headers["x-compaction-applied"] == "none"
 
 
-async def test_two_replicas_make_one_summary(redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("kind", STORES)
+async def test_two_replicas_make_one_summary(kind: str, request: pytest.FixtureRequest) -> None:
     provider = MockUpstream(window=WINDOW, latency_s=0.3)
-    async with (
-        serve(provider.app) as base,
-        proxy(f"{base}/v1", redis_server.url) as one,
-        proxy(f"{base}/v1", redis_server.url) as two,
-    ):
+    async with two_replicas(kind, request, provider) as (one, two):
         messages = long_chat(30)
         replies = await asyncio.gather(chat(one, messages), chat(two, messages))
         await asyncio.gather(one.settle(), two.settle())
@@ -236,18 +270,15 @@ async def test_summarizer_down_truncates_and_the_request_succeeds() -> None:
     assert provider.summary_calls == 0
 
 
+@pytest.mark.parametrize("kind", STORES)
 async def test_fifty_identical_requests_on_two_replicas_make_one_summary(
-    redis_server: RedisServer,
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
     # Fast summaries: the race is between one replica storing the summary and the other
     # taking the lock; the lock is held until the summary is stored, and a job that gets it
     # afterwards finds the stored summary. Each replica runs one job per conversation.
     provider = MockUpstream(window=WINDOW)
-    async with (
-        serve(provider.app) as base,
-        proxy(f"{base}/v1", redis_server.url) as one,
-        proxy(f"{base}/v1", redis_server.url) as two,
-    ):
+    async with two_replicas(kind, request, provider) as (one, two):
         for trial in range(10):
             before = provider.summary_calls
             messages = long_chat(30)

@@ -1,4 +1,8 @@
-"""Every /v1 path other than chat completions goes through untouched."""
+"""Every /v1 path other than chat completions goes through untouched.
+
+Each test runs twice: with the mock upstream on a real socket, and in process (its chunks as it
+sent them, the same on every run: the run the coverage gates count, tests/gates.py).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,25 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
 
+from proxy.adapters.asgi_upstream import AsgiUpstream
 from proxy.mock_upstream import MockUpstream
+from proxy.settings import Settings
+from proxy.web import create_app
+
+
+@pytest.fixture(params=["socket", "in-process"])
+async def app(
+    request: pytest.FixtureRequest, upstream: MockUpstream, settings: Settings
+) -> AsyncIterator[FastAPI]:
+    if request.param == "socket":
+        application = create_app(settings)
+    else:
+        application = create_app(settings, upstream=AsgiUpstream(upstream.app))
+    async with LifespanManager(application):
+        yield application
 
 
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE"])
