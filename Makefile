@@ -31,9 +31,10 @@ run: $(VENV)/.installed
 
 # The suite runs under coverage: the sans-I/O core and the service (where the core's
 # decisions meet the I/O edges) must both stay at 100 % branch coverage, reached by
-# example-based tests alone (tests/conftest.py labels each test's coverage context): the
-# property tests explore, the gate never leans on the examples they happen to draw.
-GATE = $(BIN)/coverage report --data-file=.coverage --contexts='^(example)?$$' --skip-covered \
+# deterministic example tests alone (tests/gates.py labels each test's coverage context): not
+# by the examples a property drew, a tool a fresh machine may lack (tests/optional.py), or the
+# split of a socket's reads, so the verdict is the same on every machine and every run.
+GATE = $(BIN)/coverage report --data-file=.coverage --contexts='^(example(\|.*)?)?$$' --skip-covered \
 	--show-missing --fail-under=100
 test: $(VENV)/.installed-dev
 	$(BIN)/coverage run --branch --data-file=.coverage -m pytest $(PYTEST_ARGS)

@@ -8,41 +8,22 @@ the tests that need it are skipped, with the reason, like the ones that need red
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-import pytest
 from playwright.async_api import ConsoleMessage, Error, Page, async_playwright
 
-# Debian and Ubuntu name it `chromium` (`chromium-browser` on older releases); a Chrome
-# works as well. CHROMIUM, when set, names the binary to use instead.
-NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+from tests import optional
 
 # Containers often give /dev/shm only 64 MB, where Chromium's renderer crashes on big pages.
 ARGS = ("--disable-dev-shm-usage",)
 
 
-def find_chromium() -> str | None:
-    """The Chromium (or Chrome) executable to run, or None when there is none."""
-    override = os.environ.get("CHROMIUM")
-    if override:
-        return shutil.which(override)
-    for name in NAMES:
-        found = shutil.which(name)
-        if found is not None:
-            return found
-    return None
-
-
 def chromium_or_skip() -> str:
-    """The executable, or skip the calling test when the machine has no Chromium."""
-    found = find_chromium()
-    if found is None:
-        pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
-    return found
+    """The executable (`tests.optional`: CHROMIUM names another), or skip the calling test
+    when the machine has no Chromium."""
+    return optional.require("chromium")
 
 
 @dataclass

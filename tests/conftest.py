@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import coverage
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
@@ -17,6 +17,7 @@ from hypothesis import settings as hypothesis_settings
 from proxy.mock_upstream import MockUpstream
 from proxy.settings import Settings
 from proxy.web import create_app
+from tests import environment, gates, optional
 from tests.redis_server import RedisServer
 from tests.servers import COMPACTION_KEY, serve
 
@@ -35,27 +36,56 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if chosen is None:
         hypothesis_settings.load_profile("suite")
+    config.stash[_CLEARED] = environment.clean(os.environ)
+    gates.start_suite()
 
 
-# The coverage gates count only what example-based tests reach: each test runs in the coverage
-# context "example" or "property" (a Hypothesis test), and `make test` reports the gates over
-# "example" and the import-time context "" alone. A line that only a property's examples reach
-# would make the gate depend on which examples were drawn; it needs a unit test of its own.
-COVERAGE_CONTEXTS = ("example", "property")
+_CLEARED = pytest.StashKey[list[str]]()
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    cleared = config.stash.get(_CLEARED, [])
+    if not cleared:
+        return []
+    return [f"left out of the environment (tests/environment.py): {', '.join(cleared)}"]
+
+
+# The coverage gates count only what deterministic example tests reach (tests/gates.py): each
+# test starts in the context "property" (a Hypothesis test), "optional" (marked `needs`, or in
+# a module that asked for an optional tool at its top level) or "example", and an example test
+# leaves "example" once it depends on an optional tool or reads a socket's split of a stream.
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    collector = coverage.Coverage.current()
-    if collector is None:
-        yield
-        return
-    runs_examples = isinstance(item, pytest.Function) and is_hypothesis_test(item.obj)
-    collector.switch_context(COVERAGE_CONTEXTS[runs_examples])
+    gates.begin(_kind(item), item.nodeid)
     try:
         yield
     finally:
-        collector.switch_context("")
+        gates.end()
+
+
+def _kind(item: pytest.Item) -> str:
+    if isinstance(item, pytest.Function) and is_hypothesis_test(item.obj):
+        return gates.PROPERTY
+    module = getattr(item, "module", None)
+    if item.get_closest_marker("needs") is not None or (
+        module is not None and optional.module_is_optional(module.__name__)
+    ):
+        return gates.OPTIONAL
+    return gates.EXAMPLE
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `needs(tool)` is skipped before its fixtures run where the tool is
+    missing."""
+    for marker in item.iter_markers("needs"):
+        for name in marker.args:
+            optional.require(name)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    counted = ", ".join(f"{gates.ended[kind]} {kind}" for kind in gates.KINDS)
+    terminalreporter.write_line(f"coverage contexts (tests/gates.py): {counted}")
 
 
 @pytest.fixture
@@ -105,7 +135,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     try:
         server = RedisServer(tmp_path)
     except FileNotFoundError as exc:
-        pytest.skip(f"{exc} (.ci/run installs Debian's redis-server)")
+        optional.skip(str(exc))
     server.start()
     try:
         yield server

@@ -11,7 +11,6 @@ replica (`wait_for_failover`); `keys_by_master` counts where the keys went.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,12 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import redis
 
+from tests import optional
 from tests.servers import free_port
 
-NOT_INSTALLED = "redis-server is not installed (.ci/run installs Debian's redis-server)"
 SLOTS = 16384
 
 
@@ -50,9 +48,9 @@ class LocalCluster:
         self, folder: Path, *, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000
     ) -> None:
         """Raises `FileNotFoundError` when redis-server is not installed."""
-        binary = shutil.which("redis-server")
+        binary = optional.find("redis-server")
         if binary is None:
-            raise FileNotFoundError("redis-server is not installed")
+            raise FileNotFoundError(optional.TOOLS["redis-server"].missing)
         self._binary = binary
         self._folder = folder
         self._masters = masters
@@ -184,8 +182,8 @@ def local_cluster(folder: Path, **options: int) -> Iterator[LocalCluster]:
     """A started `LocalCluster` (the test is skipped when redis-server is not installed)."""
     try:
         cluster = LocalCluster(folder, **options)
-    except FileNotFoundError:
-        pytest.skip(NOT_INSTALLED)
+    except FileNotFoundError as exc:
+        optional.skip(str(exc))
     try:
         cluster.start()
         yield cluster

@@ -3,12 +3,13 @@ machine's."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tests import optional
 
 
 class RedisServer:
@@ -16,10 +17,11 @@ class RedisServer:
     socket."""
 
     def __init__(self, folder: Path) -> None:
-        """Raises `FileNotFoundError` when redis-server is not installed."""
-        binary = shutil.which("redis-server")
+        """Raises `FileNotFoundError` when redis-server is not installed (in a test, the rest
+        of it counts as optional either way: `tests.optional`)."""
+        binary = optional.find("redis-server")
         if binary is None:
-            raise FileNotFoundError("redis-server is not installed")
+            raise FileNotFoundError(optional.TOOLS["redis-server"].missing)
         self._binary = binary
         self._folder = folder
         self.socket = folder / "redis.sock"

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from proxy.settings import load_settings
+from tests import optional
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
@@ -49,9 +50,8 @@ def test_there_are_examples_of_each_deployment() -> None:
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda path: path.name)
 def test_every_manifest_is_valid_kubernetes(path: Path) -> None:
-    validator = pytest.importorskip(
-        "kubernetes_validate",
-        reason="kubernetes-validate is a dev dependency (make test installs it)",
+    validator = optional.module(
+        "kubernetes_validate", "pip install kubernetes-validate (a dev dependency: make test)"
     )
     for doc in _documents(path):
         # Strict: an unknown or misspelt field is an error, not silently ignored by the API.

@@ -16,7 +16,6 @@ autouse `cluster_node` starts with that module.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,21 +29,19 @@ import redis.asyncio as aioredis
 
 from proxy.adapters.store import MemoryStore, RedisStore, Store, open_store
 from proxy.settings import RedisSettings
+from tests import optional
 from tests.servers import free_port
 
 TTL_S = 1000.0
 A = "tenant-a"
 B = "tenant-b"
-NOT_INSTALLED = "redis-server is not installed (.ci/run installs Debian's redis-server)"
 
 # -- private servers -------------------------------------------------------------------------
 
 
 def start_redis_server(folder: Path, *args: str) -> subprocess.Popen[bytes]:
     """A redis-server process with `args`, persisting nothing (skips if none is installed)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip(NOT_INSTALLED)
+    binary = optional.require("redis-server")
     command = [binary, *args, "--save", "", "--appendonly", "no", "--dir", str(folder)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
@@ -100,7 +97,7 @@ def cluster_node_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     Started with the module, not when first needed: a new cluster node accepts writes only
     two seconds after it starts, and the embedded and single-server tests run meanwhile.
     """
-    if shutil.which("redis-server") is None:
+    if optional.find("redis-server") is None:
         yield None
         return
     folder = tmp_path_factory.mktemp("cluster")
@@ -121,7 +118,7 @@ def cluster_node_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 @pytest.fixture(name="cluster_port", scope="module")
 def cluster_port_fixture(cluster_node: ClusterNode | None) -> int:
     if cluster_node is None:
-        pytest.skip(NOT_INSTALLED)
+        optional.skip(optional.TOOLS["redis-server"].missing)
     wait_until(lambda: _cluster_ok(cluster_node.client), "cluster")
     return cluster_node.port
 
@@ -199,6 +196,7 @@ async def backend_fixture(redis_pair: tuple[RedisStore, aioredis.Redis] | None) 
     clock = Clock()
     if redis_pair is None:
         return Backend(MemoryStore(session_ttl_s=TTL_S, clock=clock), clock, None)
+    optional.uses("redis-server")  # found once for the module, used by each of its tests
     store, raw = redis_pair
     await raw.flushall()
     store._indexed.clear()  # what it listed is gone with the flush: a new server, as it were

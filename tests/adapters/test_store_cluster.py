@@ -25,8 +25,12 @@ from proxy.adapters.store import (
 from proxy.core.messages import Message
 from proxy.core.session import Checkpoint, CompactionRecord, TurnPoint, chain_hashes, content_hash
 from proxy.settings import RedisSettings
+from tests import optional
 from tests.builders import assistant, user
 from tests.redis_cluster import LocalCluster, Node, local_cluster
+
+# Every test here runs on the module's cluster, or one of its own.
+optional.require("redis-server")
 
 TENANT = "tenant-a"
 MODEL = "m"

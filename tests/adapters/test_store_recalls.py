@@ -25,10 +25,10 @@ from proxy.adapters.store.nodes import Op
 from proxy.core.messages import Message
 from proxy.core.session import TurnPoint, content_hash
 from proxy.settings import RedisMode, RedisSettings
+from tests import optional
 
 # The six `*_fixture`s are pytest's to find here (see tests/adapters/backends.py).
 from tests.adapters.backends import (
-    NOT_INSTALLED,
     TTL_S,
     A,
     B,
@@ -248,8 +248,8 @@ async def test_unreachable_redis_is_unavailable_for_recalls(mode: RedisMode) -> 
 async def test_stopped_redis_is_unavailable_for_recalls(tmp_path: Path) -> None:
     try:
         server = RedisServer(tmp_path)
-    except FileNotFoundError:
-        pytest.skip(NOT_INSTALLED)
+    except FileNotFoundError as exc:
+        optional.skip(str(exc))
     server.start()
     store = open_store(RedisSettings(url=server.url, timeout_s=0.5))
     try:

@@ -30,6 +30,7 @@ from proxy.adapters.tokenizer import (
     packaged_encoding,
 )
 from proxy.core.tokens import CL100K_BASE, O200K_BASE, ApproximateEncoder
+from tests import optional
 
 
 def cached_encoder(name: str) -> TiktokenEncoder:
@@ -47,7 +48,7 @@ def cached_encoder(name: str) -> TiktokenEncoder:
     try:
         return TiktokenEncoder(packaged_encoding(name))
     except LOAD_ERRORS as exc:
-        pytest.skip(f"{name}: not in TIKTOKEN_CACHE_DIR={cache_dir}, and {exc}")
+        optional.skip(f"{name}: not in TIKTOKEN_CACHE_DIR={cache_dir}, and {exc}")
 
 
 def byte_encoding(name: str) -> tiktoken.Encoding:

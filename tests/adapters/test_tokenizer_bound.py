@@ -9,6 +9,7 @@ import pytest
 
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core.tokens import CL100K_BASE, O200K_BASE, utf8_size
+from tests import optional
 
 _rng = random.Random(7)
 TEXTS = {
@@ -26,6 +27,6 @@ TEXTS = {
 def test_tokens_never_exceed_utf8_bytes(encoding: str, kind: str) -> None:
     encoder = load_encoders((encoding,)).by_name.get(encoding)
     if encoder is None:
-        pytest.skip(f"{encoding} not available offline")
+        optional.skip(f"{encoding} not available offline")
     text = TEXTS[kind]
     assert encoder.count(text) <= utf8_size(text)

@@ -35,6 +35,7 @@ from proxy.adapters.tokenizer import (
     packaged_encoding,
 )
 from proxy.core.tokens import CL100K_BASE, O200K_BASE, ApproximateEncoder
+from tests import optional
 
 CONSTRUCTORS: dict[str, Callable[[], dict[str, Any]]] = {
     O200K_BASE: openai_public.o200k_base,
@@ -46,7 +47,7 @@ def package_data() -> Path:
     try:
         return _package_dir(PACKAGE) / "data"
     except LOAD_ERRORS as exc:
-        pytest.skip(f"quicktok-v1 is not installed ({exc}): `pip install -e .` installs it")
+        optional.skip(f"quicktok-v1 is not installed ({exc}): `pip install -e .` installs it")
 
 
 def _offline(blobpath: str) -> bytes:

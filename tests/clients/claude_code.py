@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tests import optional
 from tests.servers import free_port
 
-CLAUDE: Final = shutil.which("claude")
 KEY: Final = "sk-ant-claude-code-test-dummy"
 """The key Claude Code sends (`x-api-key`): the tenant its session is stored under."""
 MODEL: Final = "claude-sonnet-4-5"
@@ -82,7 +81,7 @@ def run_claude(
 ) -> ClaudeRun:
     """`claude -p prompt` in `workspace` against `base_url` (the proxy's root), its home in
     `home`; with `resume`, continuing that session (its earlier turns sent again)."""
-    assert CLAUDE is not None
+    claude = optional.require("claude")
     home.mkdir(exist_ok=True)
     closed = f"http://127.0.0.1:{free_port()}"
     proxies = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -97,7 +96,7 @@ def run_claude(
         **dict.fromkeys(proxies, closed),
         **dict.fromkeys(("NO_PROXY", "no_proxy"), "127.0.0.1,localhost"),
     }
-    command = [CLAUDE, "-p", prompt, "--model", MODEL, "--output-format", "json"]
+    command = [claude, "-p", prompt, "--model", MODEL, "--output-format", "json"]
     command += ["--allowedTools", ALLOWED_TOOLS]
     if resume is not None:
         command += ["--resume", resume]

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from tests import optional
 from tests.servers import free_port
 
-CODEX: Final = shutil.which("codex")
 Provider = Literal["custom", "builtin"]
 KEY: Final = "sk-codex-test-dummy"
 """The key Codex sends (`Authorization: Bearer ...`): the tenant its session is stored under."""
@@ -103,7 +102,7 @@ def run_codex(
     folder: Path, workspace: Path, config: str, prompt: str, *, timeout_s: float = 60
 ) -> CodexRun:
     """`codex exec` of `prompt` in `workspace`, configured by `config`, its home in `folder`."""
-    assert CODEX is not None
+    codex = optional.require("codex")
     home = folder / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(config)
@@ -119,7 +118,7 @@ def run_codex(
         **dict.fromkeys(("NO_PROXY", "no_proxy"), "127.0.0.1,localhost"),
     }
     command = [
-        CODEX,
+        codex,
         "exec",
         "--json",
         "--ephemeral",

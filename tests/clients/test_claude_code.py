@@ -27,13 +27,10 @@ import httpx
 import pytest
 
 from proxy.mock_upstream import AgentScript, MockUpstream, Recorded
-from tests.clients.claude_code import CLAUDE, KEY, ClaudeRun, run_claude
+from tests.clients.claude_code import KEY, ClaudeRun, run_claude
 from tests.clients.stack import Stack, running_stack
 
-pytestmark = pytest.mark.skipif(
-    CLAUDE is None,
-    reason="Claude Code is not installed: npm install -g @anthropic-ai/claude-code",
-)
+pytestmark = pytest.mark.needs("claude")
 
 WINDOW: Final = 52_000
 OUTPUT: Final = 4_096

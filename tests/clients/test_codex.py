@@ -24,12 +24,10 @@ import httpx
 import pytest
 
 from proxy.mock_upstream import AgentScript, Recorded
-from tests.clients.codex import CODEX, KEY, Provider, config_toml, run_codex
+from tests.clients.codex import KEY, Provider, config_toml, run_codex
 from tests.clients.stack import Stack, running_stack
 
-pytestmark = pytest.mark.skipif(
-    CODEX is None, reason="Codex is not installed: npm install -g @openai/codex"
-)
+pytestmark = pytest.mark.needs("codex")
 
 WINDOW: Final = 24_000
 COMPACT_AT: Final = 14_000

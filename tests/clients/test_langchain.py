@@ -10,15 +10,18 @@ message list. The model is the mock's script (four tool calls a turn, then an an
 streamed) and on the Responses API (`use_responses_api=True`).
 """
 
+# The imports below the optional package's check run only where it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip(
-    "langchain_openai", reason="langchain-openai is not installed: pip install langchain-openai"
-)
+from tests import optional
+
+optional.module("langchain_openai", "pip install langchain-openai (make test installs it)")
 
 # LangChain is optional: where it is missing, mypy sees Any and pytest skips this module.
 from langchain_core.messages import (  # type: ignore[import-not-found, unused-ignore]

@@ -9,6 +9,9 @@ is the mock's script: four tool calls a turn, then an answer, in an 8,000-token 
 the conversation outgrows twice over, so the proxy compacts within runs and across turns.
 """
 
+# The imports below the optional package's check run only where it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +19,9 @@ from typing import Literal
 
 import pytest
 
-pytest.importorskip("agents", reason="openai-agents is not installed: pip install openai-agents")
+from tests import optional
+
+optional.module("agents", "pip install openai-agents (make test installs it)")
 
 import openai
 

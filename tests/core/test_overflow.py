@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from proxy.core import overflow
 from proxy.core.overflow import Kind, Verdict, classify
+from tests import optional
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).with_name("fixtures") / "overflow_errors.json"
@@ -77,8 +78,10 @@ def test_fixtures_cover_every_kind() -> None:
 
 
 def test_fixture_file_is_a_verbatim_copy_of_the_shared_one() -> None:
-    if not SHARED_FIXTURES.exists():
-        pytest.skip("../shared/fixtures/overflow_errors.json exists only in the research workspace")
+    optional.skip_unless(
+        SHARED_FIXTURES.exists(),
+        "../shared/fixtures/overflow_errors.json exists only in the research workspace",
+    )
     assert FIXTURES.read_bytes() == SHARED_FIXTURES.read_bytes()
 
 

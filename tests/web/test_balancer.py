@@ -19,14 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
 from bench.processes import process_tree
+from tests import optional
 from tests.redis_server import RedisServer
 from tests.servers import COMPACTION_KEY, COMPACTION_KEY_ENV, free_port
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/net/tcp").exists(), reason="reads sockets' owners from Linux's /proc"
+optional.skip_unless(
+    Path("/proc/net/tcp").exists(), "reads sockets' owners from Linux's /proc/net/tcp"
 )
 
 
