@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -238,25 +238,6 @@ async def test_a_compaction_stored_before_the_lock_was_taken_is_used(parts: Part
     assert len(parts.mock.summary_requests) == 1
 
 
-async def test_two_requests_compacting_at_once_store_one_checkpoint_and_both_forward_it() -> None:
-    """Two requests of one conversation over the trigger, served at once, each store call a
-    turn of the loop (as on Redis, where two replicas race): both look for a prepared summary
-    before either stores; the first to store wins, and the other forwards the winner's view
-    instead of its own, with no second compaction recorded or folded."""
-    async for parts in build(store=TurnTaking()):
-        messages = history(18)
-        first, second = await turn_of(parts, messages), await turn_of(parts, messages)
-        one, two = await asyncio.gather(
-            parts.compactor.before_forward(first), parts.compactor.before_forward(second)
-        )
-        assert one.checkpoint is not None
-        assert two.checkpoint == one.checkpoint
-        assert two.messages == one.messages
-        assert parts.counted("compactions") == 1
-        await parts.compactor.preparer.settle()
-        assert len(parts.mock.summary_requests) == 1  # what the winner dropped, folded once
-
-
 async def test_a_request_in_cooldown_adopts_a_newer_checkpoint() -> None:
     """Over the trigger yet in its turn cooldown: normally forwarded as is, unless another
     request has stored a checkpoint since this one was read; then that one is forwarded."""
@@ -456,18 +437,27 @@ async def test_a_compaction_hook_at_turn_end_prepares_the_next_turn() -> None:
         assert stored is not None  # the next request of the conversation starts from it
 
 
-async def test_two_requests_compacting_at_once_forward_one_compaction(parts: Parts) -> None:
+@pytest.mark.parametrize("store", [MemoryStore, TurnTaking], ids=["embedded", "turn-taking"])
+async def test_two_requests_compacting_at_once_forward_one_compaction(
+    store: Callable[[], Store],
+) -> None:
     """Read and compacted side by side: both plan, one stores its checkpoint first, the
-    other's is refused (set-if-absent) and it forwards the winner's, recorded once."""
-    messages = history(18)
-    first, second = await turn_of(parts, messages), await turn_of(parts, messages)
-    one, two = await asyncio.gather(
-        parts.compactor.before_forward(first), parts.compactor.before_forward(second)
-    )
-    assert one.checkpoint is not None
-    assert one.checkpoint == two.checkpoint
-    assert one.messages == two.messages
-    assert parts.counted("compactions") == 1
+    other's is refused (set-if-absent) and it forwards the winner's, recorded once. On a
+    store whose every call takes a turn of the loop (as on Redis, where two replicas race),
+    both also look for a prepared summary before either stores, and only the winner's drop
+    is folded into the next summary."""
+    async for parts in build(store=store()):
+        messages = history(18)
+        first, second = await turn_of(parts, messages), await turn_of(parts, messages)
+        one, two = await asyncio.gather(
+            parts.compactor.before_forward(first), parts.compactor.before_forward(second)
+        )
+        assert one.checkpoint is not None
+        assert one.checkpoint == two.checkpoint
+        assert one.messages == two.messages
+        assert parts.counted("compactions") == 1
+        await parts.compactor.preparer.settle()
+        assert len(parts.mock.summary_requests) == 1
 
 
 async def test_a_checkpoint_found_after_an_outage_read_none_is_not_forwarded_whole() -> None:
