@@ -170,4 +170,8 @@ def module(name: str, install: str) -> ModuleType:
 
 
 def _skip(reason: str) -> NoReturn:
-    pytest.skip(reason, allow_module_level=gates.running() is None)
+    at_top_level = gates.running() is None
+    # Reported at the test's own location (as a skip marker's is), not at this line.
+    raise pytest.skip.Exception(
+        reason, allow_module_level=at_top_level, _use_item_location=not at_top_level
+    )
