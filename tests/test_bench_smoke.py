@@ -17,6 +17,7 @@ from bench.workloads import BUILDERS, Plan, WorkloadKey
 from proxy.adapters.tokenizer import load_encoders
 from proxy.core.policy import Strategy
 from proxy.core.tokens import O200K_BASE, TokenCounter
+from tests import optional
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_TARGETS = (
@@ -37,6 +38,8 @@ THINKING_TARGET = "thinking blocks forwarded byte-identical to those the provide
 
 
 def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Path) -> None:
+    # The suite's store load and growing histories run on a private redis-server.
+    optional.require("redis-server")
     command = [
         sys.executable, "-m", "bench.suite", "--size", "smoke", "--no-litellm", "--no-profile",
         "--out", str(tmp_path),
