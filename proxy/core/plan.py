@@ -1108,7 +1108,8 @@ def _cap_recent(work: _Work) -> None:
 def _cappable(work: _Work, index: int) -> bool:
     message = work.messages[index]
     return (
-        not is_instruction(message)
+        index != work.pins.running  # what the model answers now goes as the user sent it
+        and not is_instruction(message)
         and isinstance(message.get("content"), str)
         and not is_trimmed(message)
         and not work.holds_note(message)
@@ -1168,10 +1169,11 @@ class _Eviction:
         # (when the conversation's only real user message is its newest).
         if work.pins.first_user is not None and work.pins.first_user < work.pins.recent:
             floor = max(floor, work.pins.first_user + 1)
-        # A running turn let go keeps the user message that started it in place: only its
-        # oldest rounds go (the note then closes that message).
+        # The user message that started the running turn never goes, whatever else does: a
+        # running turn let go (or one right after the pinned task, which no widened window
+        # keeps) loses only its oldest rounds, and the note stands before that message.
         running = work.pins.running
-        if not work.keep_running and running is not None and running < work.pins.recent:
+        if running is not None and running < work.pins.recent:
             floor = max(floor, running + 1)
         candidates = [u for u in work.units if u.start >= floor and u.stop <= work.pins.recent]
         if not candidates:
@@ -1305,7 +1307,13 @@ class _Eviction:
             if i < head or work.note_of(m) is None
         ]  # fmt: skip
         reduced = [*before, *self.messages[self.stop :]]
-        messages = splice(reduced, len(before), len(before), block).messages
+        at = len(before)
+        if work.pins.running is not None and work.pins.running == self.start - 1:
+            # The span is the running turn's oldest rounds: the note goes before the user
+            # message that started the turn, which stays last of the user's words (merged, the
+            # note opens it, never follows the ask).
+            at -= 1
+        messages = splice(reduced, at, at, block).messages
         count = work.counter.messages
         # A note as big as what it replaces would make the request no smaller: not worth it
         # (unless the client asked for the compaction: then the span leaves its history).
@@ -1481,7 +1489,14 @@ def plan_emergency(
     work.regroup()
     budget = situation.budget
     cap = min(int(budget.context_window * policy.tool_result_max_share), work.target // 2)
-    _cap_messages(work, max(cap, 1), _emergency_cappable, "emergency")
+    # What the model answers now goes as the user sent it, even here: a request its running
+    # ask alone overflows gets the provider's error, not a cut of the user's words.
+    running = None if work.pins.running is None else work.messages[work.pins.running]
+
+    def cappable(message: Message) -> bool:
+        return message is not running and _emergency_cappable(message)
+
+    _cap_messages(work, max(cap, 1), cappable, "emergency")
     _land(work)
     if not work.steps:
         return Unchanged("nothing_to_remove", work.before)

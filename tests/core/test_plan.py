@@ -294,10 +294,12 @@ def test_rolling_summary_keeps_the_facts_of_the_previous_one() -> None:
 
 def test_note_merged_into_first_user_is_not_piled_up() -> None:
     # In an agent's chain the message after the span is the assistant's: no role fits
-    # between it and the task, so the note is merged into the task; the next compaction must
-    # take it out again rather than pile a second one on.
+    # between it and the task, so the note is merged into the task. The task is the running
+    # turn's user message here (the only one): the note opens it, the ask stays last. The
+    # next compaction must take the note out again rather than pile a second one on.
     result = run(plan_compaction(situation(agent(9), strategy="summarize"), COUNTER), "- one")
-    assert result.messages[1]["content"].startswith("the task\n\n" + SUMMARY_PREFIX)
+    assert result.messages[1]["content"].startswith(SUMMARY_PREFIX)
+    assert result.messages[1]["content"].endswith("\n\nthe task")
     grown = [*result.messages[:-1], *agent(9)[2:]]
     again = run(
         plan_compaction(situation(grown, strategy="summarize", notes=result.notes), COUNTER),
@@ -391,12 +393,20 @@ def test_emergency_keeps_half_the_recent_window() -> None:
     assert result.messages[-2:] == messages[-2:]
 
 
-def test_emergency_caps_a_huge_user_message() -> None:
-    messages = [system(), user("task"), assistant(), user(words(3000))]
+def test_emergency_caps_a_huge_user_message_but_never_the_running_ask() -> None:
+    earlier = [system(), user("task"), assistant(), user(words(3000)), assistant("ok")]
+    messages = [*earlier, user("and now?")]
     result = plan_emergency(situation(messages, window=4000), COUNTER)
     assert isinstance(result, Compacted)
-    assert "cut from the middle of this message" in result.messages[-1]["content"]
+    assert any("cut from the middle of this message" in str(m["content"]) for m in result.messages)
     assert result.messages[0] == system()
+    assert result.messages[-1] == user("and now?")
+    # The ask the model answers now is the one the request overflows with: it goes as the
+    # user sent it, and the provider's overflow reaches the client.
+    asked = [system(), user("task"), assistant(), user(words(3000))]
+    whole = plan_emergency(situation(asked, window=4000), COUNTER)
+    forwarded = whole.messages if isinstance(whole, Compacted) else asked
+    assert forwarded[-1] == asked[-1]
 
 
 def test_emergency_with_nothing_to_remove_says_so() -> None:
@@ -539,18 +549,26 @@ def test_the_pinned_task_goes_to_the_ledger_when_it_keeps_the_target_out_of_reac
     assert result.tokens_after <= budget.tokens_at(ContextPolicy().compaction_target)
 
 
-def test_the_users_newest_words_are_cut_only_to_fit_never_for_the_target() -> None:
+def test_the_newest_words_are_cut_only_to_fit_and_the_running_ask_never() -> None:
     budget = request_budget(4096, {}, output_reserved=1024, margin_share=0.03)
     limit = budget.tokens_at(1.0)
     fitting = [system(), user("the task"), assistant("ok"), user(words(limit - 200))]
     result = plan_compaction(agent_situation(fitting, budget), COUNTER)
     last = result.messages[-1] if isinstance(result, Compacted) else fitting[-1]
     assert last == fitting[-1]
-    too_big = [system(), user("the task"), assistant("ok"), user(words(2 * limit))]
+    # An answer too big for the window is cut to fit (never just to reach the target)...
+    too_big = [system(), user("the task"), user("go on"), assistant(words(2 * limit))]
     capped = run(plan_compaction(agent_situation(too_big, budget), COUNTER))
     assert "cap_recent" in capped.steps
     assert "cut from the middle of this message" in capped.messages[-1]["content"]
     assert capped.fits
+    # ...but what the model answers now goes as the user sent it: a request that its running
+    # ask alone overflows does not fit (the provider's overflow, or the proxy's, says so).
+    asked = [system(), user("the task"), assistant("ok"), user(words(2 * limit))]
+    kept = plan_compaction(agent_situation(asked, budget), COUNTER)
+    forwarded = kept.messages if isinstance(kept, Compacted) else asked
+    assert forwarded[-1] == asked[-1]
+    assert not isinstance(kept, Compacted) or not kept.fits
 
 
 def test_a_summary_longer_than_its_allowance_is_clipped() -> None:

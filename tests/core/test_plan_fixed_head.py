@@ -12,7 +12,7 @@ from __future__ import annotations
 from proxy.core.messages import Message
 from proxy.core.plan import Allowances, Unchanged, plan_compaction
 from proxy.core.policy import ContextPolicy
-from proxy.core.summary import detach_notes, notes_in
+from proxy.core.summary import detach_notes, note_of, notes_in
 from tests.builders import assistant, assistant_calls, system, tool_result, user
 from tests.core.test_plan import run, situation, target_of, words
 from tests.core.words import COUNTER
@@ -70,18 +70,19 @@ def test_a_first_turn_s_user_message_is_the_task_and_stays_in_place() -> None:
     assert detach_notes(result.messages[1])[0] == messages[1]
 
 
-def test_a_running_turn_let_go_keeps_its_user_message_and_the_block_closes_it() -> None:
+def test_a_running_turn_let_go_keeps_its_user_message_and_the_block_opens_it() -> None:
     running = turn(1, rounds=5)
     messages = [HEAD, *turn(0, rounds=1), assistant("done with chunk 0"), *running]
     result = run(plan_compaction(situation(messages, window=2000), COUNTER))
     assert "release_running" in result.steps
     start = next(i for i, m in enumerate(result.messages) if "Chunk 1" in str(m["content"]))
-    # The user message stands where it stood, with the one block of the compaction after
-    # its text (the earlier block before it was folded into this one, not left beside it).
-    restored, notes = detach_notes(result.messages[start])
-    assert restored == running[0]
+    # The user message stands where it stood, as it was sent, last of the user's words: the
+    # one block of the compaction stands alone before it, never after the ask (the earlier
+    # block was folded into this one, not left beside it).
+    assert result.messages[start] == running[0]
+    notes = notes_in(result.messages)
     assert len(notes) == 1
-    assert notes_in(result.messages) == notes
+    assert note_of(result.messages[start - 1]) == notes[0]
     assert "[" in notes[0]
     # What follows it is the running turn's newest rounds, whole and in order.
     after = result.messages[start + 1 :]

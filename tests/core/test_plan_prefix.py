@@ -69,7 +69,9 @@ def test_every_summary_task_of_the_span_carries_its_prefix() -> None:
 
 
 def test_a_span_after_the_instructions_alone_says_so() -> None:
-    prefix = forced(agent(12), pin_first_user=False).prefix
+    # The task unpinned and not the running turn's user message (which never goes): the span
+    # starts right after the instructions.
+    prefix = forced([*agent(12), user("and now?")], pin_first_user=False).prefix
     assert prefix is not None
     assert not prefix.after_task
 

@@ -209,3 +209,23 @@ def test_a_released_task_does_not_bring_back_a_value_the_user_replaced_since() -
     block = "\n".join(notes_in(result.messages))
     assert "- Budget: $700 for the cloud bill." in block
     assert "$500" not in block
+
+
+def test_a_running_turn_right_after_the_task_keeps_its_user_message_as_a_message() -> None:
+    """Found by tests/core/test_plan_floors.py: with the running turn's user message right
+    after the pinned task, no window widened for it, and its rounds' truncation took the
+    message too, its words only a ledger bullet "in those turns", as if past."""
+    ask = user("Never open port 1 on the bastion.")
+    messages = [
+        system(),
+        user("The task: fix it."),
+        ask,
+        assistant_calls("c1"),
+        tool_result("c1", words(2500)),
+        assistant_calls("c2"),
+        tool_result("c2", words(2500)),
+    ]
+    result = run(plan_compaction(situation(messages, window=2048, keep_recent=1), COUNTER))
+    users = [m for m in result.messages if role(m) == "user"]
+    assert users[-1] == ask  # in place, as sent, the last of the user's words
+    assert note_of(result.messages[result.messages.index(ask) - 1]) is not None  # the block

@@ -157,6 +157,24 @@ async def test_tokens_before_is_what_the_client_sent_on_every_request(
         assert abs(before - sent * calibration) <= 0.05 * before
 
 
+async def test_a_running_ask_too_big_for_the_window_is_refused_not_cut(
+    mock_url: str, upstream: MockUpstream
+) -> None:
+    # What the model would answer now goes as the user sent it or not at all: a paste the
+    # window cannot hold gets the overflow the provider would give, nothing forwarded.
+    messages: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "The task."},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": WORDS * 700},
+    ]
+    async with proxy(make_settings(mock_url)) as app, sdk(app) as client:
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.chat.completions.create(model="mock-model", messages=messages)
+    assert raised.value.code == "context_length_exceeded"
+    assert not [r for r in upstream.requests if r.path.endswith("/chat/completions")]
+
+
 async def test_a_request_nothing_can_fit_is_answered_by_the_proxy(
     mock_url: str, upstream: MockUpstream
 ) -> None:
@@ -199,6 +217,8 @@ async def test_no_strategy_forwards_a_request_that_could_be_made_to_fit(
         {"role": "user", "content": "The task."},
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": WORDS * 700},
+        {"role": "assistant", "content": "Read it."},
+        {"role": "user", "content": "Now what?"},
     ]
     async with proxy(settings) as app, sdk(app) as client:
         raw = await client.chat.completions.with_raw_response.create(

@@ -88,14 +88,19 @@ async def _run(content: str) -> tuple[list[float], float, httpx.Response, MockUp
         ):
             assert (await http.post(CHAT, json=SMALL)).status_code == 200  # warm
             bound = max(MAX_LATENCY_S, SLOWER_THAN_ALONE * await _alone(http))
-            big = {"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}
+            # The big message is the running turn's answer so far (its ask is never cut).
+            messages = [
+                {"role": "user", "content": "Print the file, whole."},
+                {"role": "assistant", "content": content},
+            ]
+            big = {"model": "gpt-4o", "messages": messages}
             latencies, stall, response = await _latencies_while(big, http)
             return latencies, stall, response, upstream, bound
 
 
 def _forwarded_chars(upstream: MockUpstream) -> int:
     """The longest message the upstream was sent (the big one, as forwarded)."""
-    return max(len(r.json()["messages"][-1]["content"]) for r in upstream.requests)
+    return max(len(m["content"]) for r in upstream.requests for m in r.json()["messages"])
 
 
 async def test_small_requests_answered_while_10_mb_message_is_counted() -> None:

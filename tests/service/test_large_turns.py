@@ -79,6 +79,8 @@ async def test_emergency_plan_of_a_large_turn_runs_in_a_worker_thread() -> None:
         {"role": "user", "content": "Read this log and tell me what failed."},
         {"role": "assistant", "content": "Send it."},
         {"role": "user", "content": prose(20_000, "line")},  # ~100 KB, must be trimmed
+        {"role": "assistant", "content": "Reading it."},
+        {"role": "user", "content": "What failed?"},  # the running ask, never cut
     ]
     body = {"model": MODEL, "messages": messages}
     assert len(httpx.Request("POST", "/", json=body).content) >= OFF_LOOP_BYTES
@@ -90,7 +92,8 @@ async def test_emergency_plan_of_a_large_turn_runs_in_a_worker_thread() -> None:
     assert response.status_code == 200, response.text
     assert provider.overflows == 1  # then learned, compacted hard, and retried once
     forwarded = provider.last.json()["messages"]
-    assert len(forwarded[-1]["content"]) < len(messages[-1]["content"]) // 2
+    assert forwarded[-1] == messages[-1]
+    assert max(len(m["content"]) for m in forwarded) < len(messages[2]["content"]) // 2
     assert provider.prompt_tokens[-1] <= 6_000
     assert threads.apart  # the new message's count, the head and the tail
     assert threads.on_loop == []
