@@ -40,12 +40,13 @@ the recent window's tool results to head and tail (the oldest first), shorten th
 room left (its summary's last lines, then its trail's and its ledger's lowest-ranked entries;
 only when that reaches the target), let the running turn's oldest rounds go. Last, and only
 to fit the usable input, never just to reach the target, the text of the newest messages is
-cut.
+cut, never the running turn's user message.
 
 The recent window never starts inside the running turn (from the last user message on) while
 anything older can go, and always holds the tool exchange that message follows (the result
 the user asks about): the newest results are cut to head and tail, never cleared or dropped,
-and the user message that started the running turn is forwarded in place. The result names
+and the user message that started the running turn is forwarded in place, as sent, the last of
+the user's words (a note of the turn's own rounds goes before it, never after the ask). The result names
 every step it took. Whatever a user (or a late instruction) said and a step removed is carried
 verbatim in the block's ledger (`proxy.core.statements`); the ids, paths, versions and errors
 the removed tool results and calls mentioned, in its artifact trail (`proxy.core.artifacts`),
