@@ -23,6 +23,7 @@ from proxy.core.plan import Compacted, NeedsSummary, Situation, plan_compaction,
 from proxy.core.policy import STRATEGIES, ContextPolicy
 from proxy.core.summary import detach_notes
 from tests.core.client_shapes import SHAPES
+from tests.core.test_plan_properties import SUMMARIES, finish
 from tests.core.words import COUNTER
 
 
@@ -50,19 +51,6 @@ def case(draw: st.DrawFn) -> Case:
     return Case(shape.name, messages, situation)
 
 
-def finished(plan: NeedsSummary, how: str) -> Compacted:
-    if how == "fails":
-        return plan.fallback()
-    if how == "useless":
-        return plan.complete("The user wanted help.")
-    if how == "oversized":
-        return plan.complete("\n".join(f"- line {i} " + "x " * 30 for i in range(400)))
-    return plan.complete("\n".join(f"- {m.get('content')}"[:200] for m in plan.span[:20]))
-
-
-SUMMARIES = st.sampled_from(["good", "useless", "oversized", "fails"])
-
-
 def running_ask(messages: list[Message]) -> Message | None:
     return next((m for m in reversed(messages) if role(m) == "user"), None)
 
@@ -84,7 +72,7 @@ def forwarded_as_sent(ask: Message, forwarded: list[Message]) -> bool:
 def test_the_running_ask_is_forwarded_as_sent(case: Case, how: str) -> None:
     ask = running_ask(case.messages)
     plan = plan_compaction(case.situation, COUNTER)
-    result = finished(plan, how) if isinstance(plan, NeedsSummary) else plan
+    result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
     if ask is None or not isinstance(result, Compacted):
         return
     assert forwarded_as_sent(ask, result.messages), (case.shape, result.steps)
