@@ -26,8 +26,10 @@ example test of its own (a split fed by hand, an in-process upstream: `AsgiUpstr
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Final
 
 import coverage
@@ -115,3 +117,41 @@ def _watch_sockets() -> None:
     kernel's split of the bytes enters the proxy: a whole body is read whole, and an in-process
     upstream hands on the chunks its app sent). Behaviour is unchanged."""
     AiohttpResponse.iter_chunks = _watched_iter_chunks  # type: ignore[method-assign]
+
+
+# --- Comparing what two runs' gates counted --------------------------------------------------
+
+GATED = ("proxy/core/", "proxy/service/")
+"""The folders the Makefile's gates hold at 100 %."""
+GATE_CONTEXTS = r"^(example(\|.*)?)?$"
+"""The contexts they count (the Makefile's `--contexts`)."""
+
+
+def gated_arcs(data_file: Path) -> set[tuple[str, int, int]]:
+    """The branches (line to line) the gates counted in a run: `data_file` is its `.coverage`,
+    in the checkout it measured (the paths are read relative to that folder)."""
+    data = coverage.CoverageData(str(data_file))
+    data.read()
+    data.set_query_contexts([GATE_CONTEXTS])
+    root = data_file.resolve().parent
+    found: set[tuple[str, int, int]] = set()
+    for measured in data.measured_files():
+        name = Path(measured).relative_to(root).as_posix()
+        if name.startswith(GATED):
+            found.update((name, start, end) for start, end in data.arcs(measured) or ())
+    return found
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.gates A/.coverage B/.coverage`: whether two runs (two machines, one with
+    the optional tools and one without, or the same one twice) counted the same for the gates;
+    any difference is a path that depends on the machine or on timing. Exit 1 if they differ."""
+    first, second = (gated_arcs(Path(name)) for name in argv)
+    print(f"{len(first)} and {len(second)} branches counted")
+    for name, start, end in sorted(first ^ second)[:40]:
+        print(f"{'<' if (name, start, end) in first else '>'} {name}: {start} -> {end}")
+    return 0 if first == second else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

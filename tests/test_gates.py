@@ -249,3 +249,29 @@ def test_an_operators_exported_settings_do_not_change_a_verdict() -> None:
     assert f"left out of the environment (tests/environment.py): {COMPACTION_KEY_ENV}" in (
         result.stdout
     )
+
+
+def _run_data(folder: Path, arcs: dict[str, set[tuple[int, int]]]) -> Path:
+    """A run's coverage data in `folder` (as if it were a checkout), with `arcs` by context."""
+    data = coverage.CoverageData(str(folder / ".coverage"))
+    for context, reached in arcs.items():
+        data.set_context(context)
+        data.add_arcs({str(folder / "proxy/core/plan.py"): reached})
+        data.add_arcs({str(folder / "tests/test_x.py"): {(1, 2)}})  # outside the gates
+    data.write()
+    return folder / ".coverage"
+
+
+def test_two_runs_are_compared_by_what_their_gates_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    here = _run_data(tmp_path / "a", {"example": {(1, 2)}, "optional": {(2, 3)}})
+    there = _run_data(tmp_path / "b", {"example|tests/t.py::test_t": {(1, 2)}, "socket": {(5, 6)}})
+    assert gates.gated_arcs(here) == {("proxy/core/plan.py", 1, 2)}
+    assert gates.main([str(here), str(there)]) == 0  # what the other contexts reach differs
+    more = _run_data(tmp_path / "c", {"example": {(1, 2), (2, 4)}})
+    assert gates.main([str(here), str(more)]) == 1
+    assert "> proxy/core/plan.py: 2 -> 4" in capsys.readouterr().out
+    assert gates.GATE_CONTEXTS == GATE_CONTEXTS  # the Makefile's

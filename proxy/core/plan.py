@@ -45,12 +45,13 @@ cut, never the running turn's user message.
 The recent window never starts inside the running turn (from the last user message on) while
 anything older can go, and always holds the tool exchange that message follows (the result
 the user asks about): the newest results are cut to head and tail, never cleared or dropped,
-and the user message that started the running turn is forwarded in place, as sent, the last of
-the user's words (a note of the turn's own rounds goes before it, never after the ask). The result names
-every step it took. Whatever a user (or a late instruction) said and a step removed is carried
-verbatim in the block's ledger (`proxy.core.statements`); the ids, paths, versions and errors
-the removed tool results and calls mentioned, in its artifact trail (`proxy.core.artifacts`),
-whatever the summary. What a message mentions is found once (`proxy.core.mentions`).
+and the user message that started the running turn is forwarded in place, as sent, the last
+of the user's words (a note of the turn's own rounds goes before it, never after the ask). The
+result names every step it took. Whatever a user (or a late instruction) said and a step
+removed is carried verbatim in the block's ledger (`proxy.core.statements`); the ids, paths,
+versions and errors the removed tool results and calls mentioned, in its artifact trail
+(`proxy.core.artifacts`), whatever the summary. What a message mentions is found once
+(`proxy.core.mentions`).
 """
 
 from __future__ import annotations
