@@ -67,6 +67,11 @@ TOOLS: dict[str, Tool] = {
             _which("claude"),
             "npm install -g @anthropic-ai/claude-code (.ci/run installs it)",
         ),
+        Tool("aider", _which("aider"), "pip install aider-chat (.ci/run installs it)"),
+        Tool("opencode", _which("opencode"), "npm install -g opencode-ai (.ci/run installs it)"),
+        # opencode's grep and glob tools run ripgrep, which it downloads where none is
+        # installed: the opencode test needs Debian's, so that it never reaches for the network.
+        Tool("rg", _which("rg"), "apt-get install ripgrep (.ci/run installs Debian's ripgrep)"),
         # Debian and Ubuntu name it `chromium` (`chromium-browser` on older releases); a Chrome
         # works as well. CHROMIUM, when set, names the binary to use instead.
         Tool(
@@ -167,6 +172,13 @@ def module(name: str, install: str) -> ModuleType:
         return importlib.import_module(name)
     except ImportError as exc:
         _skip(f"{name} is not installed ({exc}): {install}")
+
+
+def known_failure(reason: str) -> pytest.MarkDecorator:
+    """The mark of a test that fails today for `reason` (what fails, and the issue that fixes
+    it): an expected failure, strict, so that a pass is reported as a failure until the mark
+    goes."""
+    return pytest.mark.xfail(strict=True, reason=reason)
 
 
 def _skip(reason: str) -> NoReturn:
