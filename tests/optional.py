@@ -15,6 +15,10 @@ Asked inside a test (or a fixture), the rest of that test counts as optional; as
 module's top level, all of the module's tests do (and the module is skipped where the thing is
 missing). `@pytest.mark.needs("codex")` makes a whole test optional and skips it where the
 tool is missing, before any of its fixtures runs.
+
+`known_failure(reason)` marks a test that asserts what an open issue asks for and fails today:
+it runs, and fails the suite the day it passes (strict), so the mark goes with the fix. It is
+made here, as skips are, so that every such test is found by one name.
 """
 
 from __future__ import annotations
