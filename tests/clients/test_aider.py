@@ -44,7 +44,7 @@ pytestmark = pytest.mark.needs("aider")
 MODEL: Final = "mock-model"
 NARROW: Final = 16_000
 WIDE: Final = 32_000
-TURNS: Final = 4
+TURNS: Final = 3
 CHECKED: Final = "# checked"
 
 
