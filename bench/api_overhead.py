@@ -22,8 +22,8 @@ import httpx2
 import openai
 from asgi_lifespan import LifespanManager
 
-from bench.cases.matrix import TOKEN_FACTOR, CellSpec, landing_target, workload_for
-from bench.cases.matrix_clients import CLIENTS, MODEL
+from bench.cases.matrix import CLIENTS, CellSpec, landing_target, workload_for
+from bench.cases.matrix_clients import MODEL, TOKEN_FACTOR
 from bench.config import SIZES, Api
 from bench.measures import CellResult
 from proxy.adapters.tokenizer import Encoders, load_encoders

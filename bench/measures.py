@@ -317,6 +317,37 @@ class CellResult:
     signatures: Tally | None = None
     """Forwarded assistant turns that came back with the thinking the provider issued for
     them, byte for byte (`bench.thinking`; when thinking is on)."""
+    # Issue 38's client shapes (`bench.shapes`): each judged where the workload has it.
+    floors: list[float] = field(default_factory=list)
+    """What had to stay of each answered request (instructions, working set, ask) as a share
+    of the usable input, in the same order as `pressures` (nan where nothing is judged)."""
+    unit_share: float = float("nan")
+    """The largest unit of the history a compaction could remove, as a share of the usable
+    input: how far a landing may be from where it should land."""
+    running_verbatim: Tally | None = None
+    """Forwarded requests with the running turn's user message whole in a user message."""
+    working_whole: Tally | None = None
+    """Forwarded requests that could hold the running turn's working set and carry it whole."""
+    working_forms: Tally | None = None
+    """Consecutive requests whose working set is in the same form (no flip)."""
+    ledger_order: Tally | None = None
+    """Requests whose ledger lists the planted statements in the order first said."""
+    paste_free: Tally | None = None
+    """Requests whose compaction block's ledger holds no line of a paste."""
+    newest_whole: Tally | None = None
+    """Requests ending with a tool result that forward it whole, or are above the target."""
+    calls_named: Tally | None = None
+    """Requests whose block names every round of the running turn they no longer carry."""
+    earlier_said: Tally | None = None
+    """Requests carrying every sentence the user said before the running turn."""
+    planned_calls: int = 0
+    """The model calls of the turns the client ran, as a window where nothing compacts
+    makes them (the script is deterministic: each turn's rounds, then its answer)."""
+    unfinished: int = 0
+    """User turns that never reached their answer (failed, or given up at the cap)."""
+    summary_prompt_tokens: int = 0
+    summary_cached_tokens: int = 0
+    """The summaries' input, and what of it the provider's cache served."""
 
     @property
     def name(self) -> str:
@@ -368,6 +399,16 @@ class CellResult:
         pressure and the target to 4 decimals: a landing on the target itself can read up
         to a unit of the last one above it."""
         return self.pressures[index] > self.target_of(index) + 1e-4
+
+    @property
+    def has_floors(self) -> bool:
+        """Whether what had to stay of its requests is known (a working set's cells)."""
+        return any(math.isfinite(floor) for floor in self.floors)
+
+    @property
+    def summary_cache_share(self) -> float:
+        prompt = self.summary_prompt_tokens
+        return self.summary_cached_tokens / prompt if prompt else float("nan")
 
     @property
     def overflows_after_calibration(self) -> int:

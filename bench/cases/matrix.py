@@ -33,11 +33,12 @@ nothing under `context:` as elsewhere.
 
 Not every workload runs at every window (`windows_of`): the labelled statements and the
 tool-only identifiers at the run's windows up to 32k; the oversized newest result and the
-fixed-heavy agent at 16k, where clients met them, whatever the run's size. The oversized
-result runs once per `context.strategy` (the only cells whose proxy configures anything).
-Besides the statement checks in the last forwarded request, `bench.forwarded` judges what
-the requests show: the stale values in the compaction block, the running turn, the cut
-result.
+fixed-heavy agent at 16k, where clients met them, whatever the run's size; issue 38's client
+shapes at 8k, 16k and 32k (the tool-schema-heavy client at 6k, the fixed-heavy agent with
+pastes at 16k), whole and streamed. The oversized result runs once per `context.strategy`
+(the only cells whose proxy configures anything). Besides the statement checks in the last
+forwarded request, `bench.forwarded` judges what the requests show: the stale values in the
+compaction block, the running turn, the cut result.
 """
 
 from __future__ import annotations
@@ -59,14 +60,16 @@ from bench import forwarded
 from bench import recall as recall_judge
 from bench import thinking as thinking_judge
 from bench.cases.matrix_clients import (
-    CLAUDE_MODEL,
-    CLIENTS,
     MODEL,
+    TOKEN_FACTOR,
+    ChatClient,
     CompactingResponsesClient,
     MatrixClient,
-    anthropic_tools,
+    ResponsesClient,
+    cell_budget,
     flat_tools,
 )
+from bench.cases.matrix_messages import CLAUDE_MODEL, MessagesClient, anthropic_tools
 from bench.cases.session import _served
 from bench.config import Api, Size
 from bench.measures import Answer, CellResult, Check
@@ -76,7 +79,6 @@ from bench.stack import proxy_command
 from bench.workloads import BUILDERS, Plan, Workload, WorkloadKey
 from proxy.adapters.tokenizer import Encoders
 from proxy.core import recall
-from proxy.core.budget import request_budget
 from proxy.core.policy import STRATEGIES, ContextPolicy, Strategy
 from proxy.core.room import fixed_share as room_fixed_share
 from proxy.core.room import in_room
@@ -85,12 +87,26 @@ from proxy.mock_upstream import MockUpstream, SummaryQuality
 
 WINDOWS: Final = (4_096, 8_192, 32_768, 131_072)
 SUMMARIZERS: Final[tuple[SummaryQuality, ...]] = ("poor", "good")
-TOKEN_FACTOR: Final = 1.1
-"""The provider's tokens per token of ours: its tokenizer counts 10 % more."""
+CLIENTS: Final[dict[Api, type[MatrixClient]]] = {
+    "chat": ChatClient,
+    "responses": ResponsesClient,
+    "messages": MessagesClient,
+}
 BULK_FROM: Final = 32_768
 """Above this window, model and tool output scale with the window (see the docstring)."""
-FIXED_WINDOWS: Final[dict[WorkloadKey, int]] = {"oversized-result": 16_384, "fixed-heavy": 16_384}
-"""Workloads measured at one window whatever the run's size: where clients met them."""
+CLIENT_WINDOWS: Final = (8_192, 16_384, 32_768)
+"""Issue 38's client shapes: each at these windows, whatever the run's size."""
+OWN_WINDOWS: Final[dict[WorkloadKey, tuple[int, ...]]] = {
+    "oversized-result": (16_384,),
+    "fixed-heavy": (16_384,),
+    "aider": CLIENT_WINDOWS,
+    "paste-per-turn": CLIENT_WINDOWS,
+    "long-turn": CLIENT_WINDOWS,
+    # Where the replayed function-calling trajectories met it: schemas 0.9 of the input.
+    "schema-heavy": (6_144,),
+    "fixed-heavy-pastes": (16_384,),
+}
+"""Workloads measured at their own windows whatever the run's size: where clients met them."""
 LARGEST_WINDOW: Final[dict[WorkloadKey, int]] = {
     "labelled": 32_768,
     "artifacts": 32_768,
@@ -99,7 +115,9 @@ LARGEST_WINDOW: Final[dict[WorkloadKey, int]] = {
 """Workloads measured at the run's windows up to this one only."""
 EVERY_STRATEGY: Final[frozenset[WorkloadKey]] = frozenset({"oversized-result"})
 """Workloads run once per `context.strategy` instead of on the defaults alone."""
-STREAMED: Final[frozenset[WorkloadKey]] = frozenset({"recall"})
+STREAMED: Final[frozenset[WorkloadKey]] = frozenset(
+    {"recall", "aider", "paste-per-turn", "long-turn", "schema-heavy", "fixed-heavy-pastes"}
+)
 """Workloads run streamed too (every answer a stream), besides whole."""
 RECALL_OFF: Final[frozenset[WorkloadKey]] = frozenset({"recall"})
 """Workloads run once more (whole) with `context.recall: false`: their baseline."""
@@ -137,8 +155,8 @@ class CellSpec:
 
 def windows_of(workload: WorkloadKey, size: Size) -> tuple[int, ...]:
     """The windows a run of `size` measures `workload` at."""
-    if workload in FIXED_WINDOWS:
-        return (FIXED_WINDOWS[workload],)
+    if workload in OWN_WINDOWS:
+        return OWN_WINDOWS[workload]
     largest = LARGEST_WINDOW.get(workload)
     return tuple(w for w in size.matrix_windows if largest is None or w <= largest)
 
@@ -176,7 +194,9 @@ def thinking_variants(api: Api) -> tuple[bool, ...]:
 
 
 def workload_for(spec: CellSpec, size: Size, counter: TokenCounter) -> Workload:
-    plan = Plan(round(size.matrix_history * spec.window), size.matrix_max_calls, spec.bulk)
+    plan = Plan(
+        round(size.matrix_history * spec.window), size.matrix_max_calls, spec.bulk, spec.window
+    )
     return BUILDERS[spec.workload](plan, counter)
 
 
@@ -191,14 +211,7 @@ def fixed_share(workload: Workload, window: int, counter: TokenCounter, api: Api
     """The share of the usable input that `workload`'s instructions and tools take, in the
     provider's count (the pressure the proxy reports once calibrated), as the proxy counts
     them for `api` (the Responses API's tools are flat: their schemas count differently)."""
-    policy = ContextPolicy()
-    budget = request_budget(
-        window,
-        {},
-        output_reserved=policy.output_reserved,
-        margin_share=policy.safety_margin,
-        calibration=TOKEN_FACTOR,
-    )
+    budget = cell_budget(window)
     system = {"role": "system", "content": workload.system}
     tools = _tools(workload, api)
     tokens = counter.messages([system]) + counter.tools({"tools": tools})

@@ -12,19 +12,19 @@ model's output and each tool's result (the sizes the workload planned), until it
   (reasoning items with their `encrypted_content` included: the request asks for it), tool
   results `function_call_output` items; tools in the Responses API's flat form.
 
-- `MessagesClient`: `client.messages.create` with the official `anthropic` SDK, as Claude Code
-  and the Anthropic SDK send it: the system prompt is `system` (one text block), tools in
-  Anthropic's form (`input_schema`), the model's content blocks sent back as they came (its
-  signed `thinking` blocks included, when the cell enables thinking), tool results
-  `tool_result` blocks in the next user message (a turn's results in one message: roles
-  alternate), a `cache_control` breakpoint on the system block and on the last block of the
-  last message, moved every request as Claude Code moves it; `max_tokens` is the output the
-  other APIs' cells reserve by default, so the budgets agree.
+- `MessagesClient` (`matrix_messages.py`): `client.messages.create` with the official
+  `anthropic` SDK, as Claude Code sends it.
 
 - `CompactingResponsesClient`: the same, compacting its own history as Codex does: when its
   count of what it would send next passes `COMPACT_AT` of the window, it calls
   `client.responses.compact` (through the proxy, which answers it) and goes on from the
   output, the user's messages and one compaction item, in place of its history.
+
+A workload with a preamble (aider's few-shot exchanges) has it sent after the system prompt,
+as the history's start. A workload with working sets (aider's files message) has each turn's
+sent with every request of that turn, just before the turn's ask, with the assistant's
+acknowledgement after it: no part of the history the client keeps (the next turn sends its
+own version in the same place), as aider rebuilds each request from its parts.
 
 With `stream`, every answer is streamed and added up as a client does
 (`proxy.demo.streams`). A tool call for a tool the client never offered (the proxy's own
@@ -48,28 +48,17 @@ import openai
 from bench.config import Api
 from bench.measures import CellResult
 from bench.workloads import UserTurn, Workload, tool_output
-from proxy.core import anthropic as anthropic_view
-from proxy.core.budget import MAX_DEFAULT_RESERVE_SHARE
+from proxy.core.budget import Budget, request_budget
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy
 from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
 from proxy.demo.streams import StreamedMessage, StreamedResponse
-from proxy.mock_upstream import (
-    MockUpstream,
-    Recorded,
-    messages_prompt_tokens,
-    responses_prompt_tokens,
-)
+from proxy.mock_upstream import MockUpstream, Recorded, responses_prompt_tokens
 
 MODEL: Final = "mock-model"
-CLAUDE_MODEL: Final = "claude-sonnet-4-6"
-"""The model the Messages client asks for, as Claude Code names it: a Claude model, which the
-proxy counts approximately and whose window its table says is 200k (the cell's proxy
-configures the cell's window for it: `bench/cases/matrix.py`)."""
-THINKING_BUDGET: Final = 1_024
-"""`thinking.budget_tokens` of a cell that enables thinking: the API's minimum."""
-EPHEMERAL: Final = {"type": "ephemeral"}
+TOKEN_FACTOR: Final = 1.1
+"""The provider's tokens per token of ours: its tokenizer counts 10 % more."""
 ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
 _FALLBACK_TOOL_TOKENS: Final = 200
 """A tool result in a turn the plan gave none (the chatty workload offers no tools)."""
@@ -91,6 +80,32 @@ class Call:
 
 class StreamFailedError(Exception):
     """A streamed answer that ended in a failure event instead of completing."""
+
+
+def cell_budget(window: int) -> Budget:
+    """The budget the proxy's defaults give a request of the matrix's clients at `window`,
+    calibrated as the proxy calibrates it against the mock (`TOKEN_FACTOR`): its pressures
+    are the `x-context-pressure` the proxy reports."""
+    policy = ContextPolicy()
+    return request_budget(
+        window,
+        {},
+        output_reserved=policy.output_reserved,
+        margin_share=policy.safety_margin,
+        calibration=TOKEN_FACTOR,
+    )
+
+
+def must_stay(workload: Workload, turn: UserTurn, counter: TokenCounter) -> int:
+    """What no compaction may remove from `turn`'s requests (our count, in chat's form): the
+    instructions and tools, the working set and its acknowledgement, the ask."""
+    kept = [
+        {"role": "system", "content": workload.system},
+        {"role": "user", "content": turn.working_set},
+        {"role": "assistant", "content": workload.working_reply},
+        {"role": "user", "content": turn.text},
+    ]
+    return counter.request({"messages": kept, "tools": list(workload.tools)})
 
 
 def _path(call: Call) -> str | None:
@@ -137,13 +152,36 @@ class MatrixClient:
     """How many requests had been forwarded when the client compacted, each time."""
     condensed: set[str] = field(default_factory=set)
     """The tool calls the client's own compactions took out of its history."""
+    ask_at: int = 0
+    """Where the running turn's user message is in the history (its working set goes in
+    front of it)."""
+    working: list[Any] = field(default_factory=list)
+    """The running turn's working set as the API's messages (the files message and the
+    assistant's acknowledgement), sent with each of its requests; [] for none."""
+    outputs: dict[str, str] = field(default_factory=dict)
+    """The text of each tool result the client sent, by its call's id."""
+    call_args: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Each tool call the model asked for, by its id: its name and arguments."""
+    asking: str = ""
+    """The running turn's user message."""
+    floor: float = float("nan")
+    """What must stay of the running turn's requests (the instructions, the working set, the
+    ask) as a share of the usable input; nan where the workload has no working set."""
+
+    def start(self) -> None:
+        """The history's start: the API's head, then the workload's preamble."""
+        self._head()
+        for user, assistant in self.workload.preamble:
+            self.history += [self._user(user), self._assistant(assistant)]
 
     async def turn(self, turn: UserTurn) -> None:
         """One user turn: send, run the requested tools, repeat until the model answers."""
         self.first_calls.append(self.cell.model_calls)
         self.finals.append("")
-        self.mark = len(self.history)
+        self.mark = self.ask_at = len(self.history)
+        self.asking = turn.text
         self.history.append(self._user(turn.text))
+        self._set_working(turn)
         ran: list[str] = []
         self.calls.append(ran)
         # An agent that asks for more rounds than planned (its turn's start compacted away)
@@ -172,13 +210,32 @@ class MatrixClient:
                 del self.history[self.mark :]
                 return
             for call in calls:
+                self.call_args[call.id] = (call.name, call.arguments)
                 self.tools_run += 1
                 size = next(sizes)
                 written = turn.texts[len(ran)] if len(ran) < len(turn.texts) else None
                 written = written or self._file(call)
                 output = written or tool_output(call.name, size, self.tools_run, self.counter)
                 ran.append(call.id)
+                self.outputs[call.id] = output
                 self.history.append(self._result(call, output))
+
+    def _set_working(self, turn: UserTurn) -> None:
+        """The running turn's working set, and what must stay of its requests (`floor`)."""
+        self.working = []
+        if not turn.working_set:
+            return
+        self.working = [self._user(turn.working_set), self._assistant(self.workload.working_reply)]
+        tokens = must_stay(self.workload, turn, self.counter)
+        self.floor = cell_budget(self.cell.window).pressure(tokens)
+
+    def outgoing(self) -> list[Any]:
+        """The history as the client sends it: the running turn's working set (if any) just
+        before its ask."""
+        if not self.working:
+            return self.history
+        at = self.ask_at
+        return [*self.history[:at], *self.working, *self.history[at:]]
 
     def _file(self, call: Call) -> str | None:
         """The workload's file `call` reads, if it wrote that one (the call is noted)."""
@@ -210,6 +267,7 @@ class MatrixClient:
         self.cell.applied.append(headers.get("x-compaction-applied", "none"))
         self.cell.pressures.append(float(headers.get("x-context-pressure", "nan")))
         self.cell.stated.append(float(headers.get("x-compaction-target", "nan")))
+        self.cell.floors.append(self.floor)
 
     def forwarded(self) -> list[Recorded]:
         """The requests the proxy forwarded in this client's API, summary requests apart
@@ -222,10 +280,15 @@ class MatrixClient:
 
     # What each API defines.
 
-    def start(self) -> None:
+    def _head(self) -> None:
+        """What opens the history (chat's system message; the other APIs send it apart)."""
         raise NotImplementedError
 
     def _user(self, text: str) -> Any:
+        raise NotImplementedError
+
+    def _assistant(self, text: str) -> Any:
+        """An assistant message of the client's own (a preamble's, an acknowledgement)."""
         raise NotImplementedError
 
     def _result(self, call: Call, output: str) -> Any:
@@ -241,7 +304,12 @@ class MatrixClient:
         raise NotImplementedError
 
     def history_tokens(self) -> int:
-        """The client's whole history (our count)."""
+        """The client's whole history (our count), as it sends it."""
+        raise NotImplementedError
+
+    def body_tokens(self, body: Any) -> int:
+        """A forwarded body's prompt, our count as the provider counts (its pressure is
+        `cell_budget(window).pressure` of it)."""
         raise NotImplementedError
 
     @staticmethod
@@ -268,17 +336,20 @@ class ChatClient(MatrixClient):
     api = "chat"
     path = "/chat/completions"
 
-    def start(self) -> None:
+    def _head(self) -> None:
         self.history.append({"role": "system", "content": self.workload.system})
 
     def _user(self, text: str) -> Any:
         return {"role": "user", "content": text}
 
+    def _assistant(self, text: str) -> Any:
+        return {"role": "assistant", "content": text}
+
     def _result(self, call: Call, output: str) -> Any:
         return {"role": "tool", "tool_call_id": call.id, "content": output}
 
     async def _complete(self) -> list[Call]:
-        body: dict[str, Any] = {"model": MODEL, "messages": self.history}
+        body: dict[str, Any] = {"model": MODEL, "messages": self.outgoing()}
         if self.workload.tools:
             body["tools"] = list(self.workload.tools)
         if self.stream:
@@ -303,7 +374,10 @@ class ChatClient(MatrixClient):
         return str(self.history[-1].get("content") or "")
 
     def history_tokens(self) -> int:
-        body = {"messages": self.history, "tools": list(self.workload.tools)}
+        body = {"messages": self.outgoing(), "tools": list(self.workload.tools)}
+        return self.counter.request(body)
+
+    def body_tokens(self, body: Any) -> int:
         return self.counter.request(body)
 
     @staticmethod
@@ -332,7 +406,7 @@ class ResponsesClient(MatrixClient):
     api = "responses"
     path = "/responses"
 
-    def start(self) -> None:
+    def _head(self) -> None:
         pass  # the system prompt is each request's `instructions`
 
     def _user(self, text: str) -> Any:
@@ -340,6 +414,13 @@ class ResponsesClient(MatrixClient):
             "type": "message",
             "role": "user",
             "content": [{"type": "input_text", "text": text}],
+        }
+
+    def _assistant(self, text: str) -> Any:
+        return {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text}],
         }
 
     def _result(self, call: Call, output: str) -> Any:
@@ -354,7 +435,7 @@ class ResponsesClient(MatrixClient):
             # The same JSON as `input=`, without the SDK's walk of every item against its
             # TypedDicts (`async_maybe_transform`): over a few hundred items that walk took
             # 85 % of the bench process's time and made a cell 4x slower than over chat.
-            "extra_body": {"input": self.history},
+            "extra_body": {"input": self.outgoing()},
         }
         if self.workload.tools:
             body["tools"] = flat_tools(self.workload.tools)
@@ -407,9 +488,12 @@ class ResponsesClient(MatrixClient):
         # with our tokenizer: the proxy's count prices reasoning as its JSON, far higher.
         body = {
             "instructions": self.workload.system,
-            "input": self.history,
+            "input": self.outgoing(),
             "tools": flat_tools(self.workload.tools),
         }
+        return responses_prompt_tokens(body, self.counter)
+
+    def body_tokens(self, body: Any) -> int:
         return responses_prompt_tokens(body, self.counter)
 
     @staticmethod
@@ -443,6 +527,8 @@ class CompactingResponsesClient(ResponsesClient):
         return await super()._complete()
 
     async def _compact(self) -> None:
+        # The working set is no part of the history: the client sends its newest copy
+        # with every request, the compacted history included.
         raw = await self.sdk.responses.with_raw_response.compact(
             model=MODEL,
             instructions=self.workload.system,
@@ -457,12 +543,23 @@ class CompactingResponsesClient(ResponsesClient):
         }
         self.history = output
         # The running turn's user message is in the output now: an abandoned turn drops
-        # only what it added since.
+        # only what it added since, and its working set goes before that message.
         self.mark = len(output)
+        self.ask_at = self._ask_in(output)
         self.compacted_at.append(len(self.forwarded()))
         self.cell.client_compactions += 1
         self._grown = False
         self._pending = raw.headers.get("x-compaction-applied", "none")
+
+    def _ask_in(self, items: list[Any]) -> int:
+        """Where the running turn's user message is in `items` (their end if nowhere)."""
+        for at in range(len(items) - 1, -1, -1):
+            item = items[at]
+            parts = item.get("content") if item.get("role") == "user" else None
+            said = "".join(p.get("text", "") for p in parts) if isinstance(parts, list) else parts
+            if said == self.asking:
+                return at
+        return len(items)
 
     def _answered(self, headers: Any) -> None:
         super()._answered(headers)
@@ -471,129 +568,3 @@ class CompactingResponsesClient(ResponsesClient):
         pending, self._pending = self._pending, None
         if pending is not None and self.cell.applied[-1] == "none":
             self.cell.applied[-1] = f"client-{pending}"
-
-
-def anthropic_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
-    """Chat's tool schemas in the Messages API's form: `parameters` as `input_schema`."""
-    return [
-        {
-            "name": tool["function"]["name"],
-            "description": tool["function"].get("description", ""),
-            "input_schema": tool["function"].get("parameters", {"type": "object"}),
-        }
-        for tool in tools
-    ]
-
-
-def output_reserve(window: int) -> int:
-    """The `max_tokens` the Messages client asks for: the output the proxy reserves by
-    default for a request of the other APIs' clients (which state none) at `window`."""
-    return min(ContextPolicy().output_reserved, int(window * MAX_DEFAULT_RESERVE_SHARE))
-
-
-def _unmarked(block: Any) -> Any:
-    if isinstance(block, dict) and "cache_control" in block:
-        return {k: v for k, v in block.items() if k != "cache_control"}
-    return block
-
-
-class MessagesClient(MatrixClient):
-    """The workload over `POST /v1/messages` with the `anthropic` SDK, thinking enabled
-    when the cell says so (`CellResult.thinking`)."""
-
-    api = "messages"
-    path = "/messages"
-
-    def start(self) -> None:
-        pass  # the system prompt is each request's `system`
-
-    def _user(self, text: str) -> Any:
-        return {"role": "user", "content": [{"type": "text", "text": text}]}
-
-    def _result(self, call: Call, output: str) -> Any:
-        # One message per result here; `_sent` merges a turn's results into one.
-        result = {"type": "tool_result", "tool_use_id": call.id, "content": output}
-        return {"role": "user", "content": [result]}
-
-    def _sent(self) -> list[Any]:
-        """The history as the client sends it: consecutive messages of one role merged (a
-        model call's results in one user message), the breakpoint on the last block."""
-        sent: list[Any] = []
-        for message in self.history:
-            if sent and sent[-1]["role"] == message["role"]:
-                sent[-1] = {**sent[-1], "content": [*sent[-1]["content"], *message["content"]]}
-            else:
-                sent.append(message)
-        if sent:
-            last = sent[-1]
-            content = [*last["content"][:-1], {**last["content"][-1], "cache_control": EPHEMERAL}]
-            sent[-1] = {**last, "content": content}
-        return sent
-
-    def _body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": CLAUDE_MODEL,
-            "max_tokens": output_reserve(self.cell.window),
-            "system": [{"type": "text", "text": self.workload.system, "cache_control": EPHEMERAL}],
-            "messages": self._sent(),
-        }
-        if self.workload.tools:
-            body["tools"] = anthropic_tools(self.workload.tools)
-        if self.cell.thinking:
-            body["thinking"] = {"type": "enabled", "budget_tokens": THINKING_BUDGET}
-        return body
-
-    async def _complete(self) -> list[Call]:
-        body = self._body()
-        if self.stream:
-            async with self.sdk.messages.stream(**body) as stream:
-                self._answered(stream.response.headers)
-                message = await stream.get_final_message()
-            content = [block.model_dump(exclude_none=True) for block in message.content]
-        else:
-            raw = await self.sdk.messages.with_raw_response.create(**body)
-            self._answered(raw.headers)
-            content = json.loads(await raw.read())["content"]  # the blocks as they came
-        self.history.append({"role": "assistant", "content": content})
-        return [
-            Call(block["id"], block["name"], json.dumps(block.get("input", {})))
-            for block in content
-            if block.get("type") == "tool_use"
-        ]
-
-    def _final(self) -> str:
-        last = self.history[-1] if self.history else {}
-        if last.get("role") != "assistant":
-            return ""
-        return "".join(b.get("text", "") for b in last["content"] if b.get("type") == "text")
-
-    def history_tokens(self) -> int:
-        # As the provider counts the blocks, with our tokenizer.
-        return messages_prompt_tokens(self._body(), self.counter)
-
-    @staticmethod
-    def conversation(body: Any) -> list[Any]:
-        # Without the breakpoint the client moves every request: it marks a place in the
-        # prompt and is no part of it (the provider's cache reads past it).
-        return [
-            {**m, "content": [_unmarked(b) for b in m["content"]]}
-            if isinstance(m.get("content"), list)
-            else m
-            for m in body["messages"]
-        ]
-
-    @staticmethod
-    def seen(body: Any) -> str:
-        return json.dumps([body.get("system"), body["messages"]], ensure_ascii=False)
-
-    @staticmethod
-    def messages(body: Any) -> list[Message]:
-        messages: list[Message] = anthropic_view.chat_view(body)["messages"]
-        return messages
-
-
-CLIENTS: Final[dict[Api, type[MatrixClient]]] = {
-    "chat": ChatClient,
-    "responses": ResponsesClient,
-    "messages": MessagesClient,
-}
