@@ -57,8 +57,22 @@ def _found(lines: Sequence[str], key: str) -> Stale:
     return Stale(key, None)
 
 
-def _user_text(message: Message) -> str:
+def user_text(message: Message) -> str:
+    """A message's text without the notes the proxy merged into it."""
     return text(detach_notes(message)[0])
+
+
+def locate(
+    requests: Sequence[Sequence[Message]], texts: Sequence[str], calls: Sequence[Sequence[str]]
+) -> list[tuple[int, int] | None]:
+    """For each of `requests`, given each user turn's text and its tool calls' ids: (the turn
+    it was sent in, the rounds of that turn it carried), None where its last message is no
+    message of the client's."""
+    rounds = {
+        call: (turn, index) for turn, ids in enumerate(calls) for index, call in enumerate(ids)
+    }
+    firsts = {turn_text.partition("\n")[0]: turn for turn, turn_text in enumerate(texts)}
+    return [_locate(messages[-1], rounds, firsts) if messages else None for messages in requests]
 
 
 def _locate(
@@ -70,7 +84,7 @@ def _locate(
         turn, index = rounds.get(str(last.get("tool_call_id")), (-1, -1))
         return (turn, index + 1) if turn >= 0 else None
     if role(last) == "user":
-        turn = firsts.get(_user_text(last).partition("\n")[0], -1)
+        turn = firsts.get(user_text(last).partition("\n")[0], -1)
         return (turn, 0) if turn >= 0 else None
     return None
 
@@ -81,7 +95,7 @@ def _user_at(messages: Sequence[Message], first_line: str) -> int:
         (
             at
             for at, message in enumerate(messages)
-            if role(message) == "user" and _user_text(message).startswith(first_line)
+            if role(message) == "user" and user_text(message).startswith(first_line)
         ),
         -1,
     )
@@ -93,7 +107,7 @@ def _older_before(messages: Sequence[Message], at: int) -> int:
     return sum(
         role(message) not in INSTRUCTION_ROLES
         and note_of(message) is None
-        and bool(_user_text(message).strip() or role(message) != "user")
+        and bool(user_text(message).strip() or role(message) != "user")
         for message in messages[: max(at, 0)]
     )
 
@@ -119,13 +133,10 @@ def running_turn(
 ) -> tuple[Tally, Tally]:
     """Over `requests`, given each user turn's text and its tool calls' ids: (the running
     turn's user message forwarded in place, every round sent after it held)."""
-    rounds = {
-        call: (turn, index) for turn, ids in enumerate(calls) for index, call in enumerate(ids)
-    }
-    firsts = {turn_text.partition("\n")[0]: turn for turn, turn_text in enumerate(texts)}
-    user, held = _Counting(), _Counting()
-    for number, messages in enumerate(requests, start=1):
-        located = _locate(messages[-1], rounds, firsts) if messages else None
+    user, held = Counting(), Counting()
+    for number, (messages, located) in enumerate(
+        zip(requests, locate(requests, texts, calls), strict=True), start=1
+    ):
         if located is None:
             continue
         turn, sent = located
@@ -149,7 +160,7 @@ def result_cut(
     """Whether each of `requests` (numbered from `first`) forwards the result of `call` (a
     JSON array of `items`) cut with its "showing N of M items" note; each is described,
     with whether the cut kept the tail (`last_item`, the array's last item as JSON)."""
-    counting = _Counting(describe_all=True)
+    counting = Counting(describe_all=True)
     for number, messages in enumerate(requests, start=first):
         result = next((m for m in messages if m.get("tool_call_id") == call), None)
         if result is None:
@@ -169,7 +180,7 @@ def result_cut(
     return counting.tally()
 
 
-class _Counting:
+class Counting:
     """A tally being made: requests judged, and the first misses (or every request)."""
 
     def __init__(self, *, describe_all: bool = False) -> None:

@@ -38,7 +38,9 @@ shapes at 8k, 16k and 32k (the tool-schema-heavy client at 6k, the fixed-heavy a
 pastes at 16k), whole and streamed. The oversized result runs once per `context.strategy`
 (the only cells whose proxy configures anything). Besides the statement checks in the last
 forwarded request, `bench.forwarded` judges what the requests show: the stale values in the
-compaction block, the running turn, the cut result.
+compaction block, the running turn, the cut result; and for issue 38's shapes
+`bench.shapes` (`matrix_shapes.py`): the running ask whole, the working set, the ledger's
+order and pastes, the newest result, the folded rounds named, the earlier sentences.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from bench.cases.matrix_clients import (
     flat_tools,
 )
 from bench.cases.matrix_messages import CLAUDE_MODEL, MessagesClient, anthropic_tools
+from bench.cases.matrix_shapes import judge_shapes
 from bench.cases.session import _served
 from bench.config import Api, Size
 from bench.measures import Answer, CellResult, Check
@@ -252,6 +255,7 @@ def _read_upstream(client: MatrixClient) -> None:
     _judge_forwarded(client, bodies)
     if client.workload.asked:
         _judge_recall(client, bodies)
+    judge_shapes(client, bodies)
 
 
 def _judge_recall(client: MatrixClient, bodies: list[Any]) -> None:

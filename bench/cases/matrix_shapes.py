@@ -1,0 +1,79 @@
+"""Issue 38's judges (`bench.shapes`) applied to one matrix cell's forwarded requests.
+
+Every cell gets the numbers that cost nothing to read (the summaries' cached share, the
+calls a window where nothing compacts would make, the turns that never reached their
+answer); the request-by-request judges run on issue 38's workloads only, each where the
+workload has what it judges (a working set, pastes, planted statements, tools, sentences).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from bench import forwarded, shapes
+from bench.cases.matrix_clients import MatrixClient, cell_budget, must_stay
+from bench.workloads import Workload, WorkloadKey
+from proxy.core.tokens import TokenCounter
+
+SHAPES: Final[frozenset[WorkloadKey]] = frozenset(
+    {"aider", "paste-per-turn", "long-turn", "schema-heavy", "fixed-heavy-pastes"}
+)
+"""The workloads judged request by request."""
+
+
+def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
+    """What issue 38 measures of `client`'s cell, read from the requests the proxy forwarded
+    (`bodies`, in the client's API) and the mock's record."""
+    workload, cell = client.workload, client.cell
+    usage = client.upstream.summary_usage
+    cell.summary_prompt_tokens = sum(u.prompt_tokens for u in usage)
+    cell.summary_cached_tokens = sum(u.cached_tokens for u in usage)
+    ran = workload.turns[: cell.user_turns]
+    cell.planned_calls = sum(len(turn.tool_tokens) + 1 for turn in ran)
+    cell.unfinished = sum(not final for final in client.finals)
+    if workload.key not in SHAPES:
+        return
+    requests = [client.messages(body) for body in bodies]
+    texts = [turn.text for turn in workload.turns]
+    sent = [[call for call in ids if call not in client.condensed] for ids in client.calls]
+    located = forwarded.locate(requests, texts, sent)
+    cell.running_verbatim = shapes.running_verbatim(requests, located, texts)
+    cell.unit_share = unit_share(workload, cell.window, client.counter)
+    if any(turn.working_set for turn in workload.turns):
+        budget = cell_budget(cell.window)
+        turns = workload.turns
+        fits = [budget.pressure(must_stay(workload, turn, client.counter)) <= 1.0 for turn in turns]
+        sets = [turn.working_set for turn in turns]
+        cell.working_whole, cell.working_forms = shapes.working_set(requests, located, sets, fits)
+    if workload.statements:
+        cell.ledger_order = shapes.ledger_order(requests, [s.key for s in workload.statements])
+    if workload.pastes:
+        cell.paste_free = shapes.paste_free(requests, workload.pastes)
+    if workload.tools:
+        budget = cell_budget(cell.window)
+
+        def pressure(index: int) -> float:
+            return budget.pressure(client.body_tokens(bodies[index]))
+
+        cell.newest_whole = shapes.newest_whole(requests, client.outputs, pressure, cell.target)
+    if workload.name_calls:
+        cell.calls_named = shapes.calls_named(requests, located, sent, client.call_args)
+    if any(turn.sentences for turn in workload.turns):
+        said = [turn.sentences for turn in workload.turns]
+        cell.earlier_said = shapes.earlier_said(requests, located, said)
+
+
+def unit_share(workload: Workload, window: int, counter: TokenCounter) -> float:
+    """The largest user turn a compaction could remove (its ask, results and answer), as a
+    share of the usable input at `window`: the tolerance of a landing."""
+    answers = workload.script.answers or (workload.script.answer,)
+    largest = max(
+        (
+            counter.text(turn.text)
+            + sum(turn.tool_tokens)
+            + counter.text(answers[index % len(answers)])
+            for index, turn in enumerate(workload.turns)
+        ),
+        default=0,
+    )
+    return cell_budget(window).pressure(largest)
