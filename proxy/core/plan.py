@@ -25,7 +25,8 @@ call with all its results), the newest unit always.
 The strategy's layers run cheapest first and stop at the target:
 
 1. trim a single tool result over `tool_result_max_share` of the window;
-2. clear old tool results before the recent window;
+2. clear old tool results before the recent window, and cut what users pasted there (logs,
+   files, JSON: `proxy.core.pastes`) to head and tail, their words whole;
 3. summarize everything before the recent window (rolling: the previous summary is folded in),
    the summary checked against the span's fact ledger;
 4. truncate the oldest units.
@@ -62,9 +63,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from proxy.core import artifacts, recall
+from proxy.core import artifacts, pastes, recall
 from proxy.core import statements as ledger
 from proxy.core.budget import Budget
+from proxy.core.digests import digest
 from proxy.core.ledger import appendix, ledger_of, missing_facts
 from proxy.core.mentions import Mentions
 from proxy.core.messages import (
@@ -118,6 +120,9 @@ ARTIFACTS_SHARE = 0.03
 ARTIFACTS_FLOOR = 192
 # A trimmed message keeps at least this many tokens: less than that is all note and no text.
 _MIN_CUT = 64
+_PASTE_KEPT = 96
+"""What an old paste keeps of its head and tail, beside the user's words (like a cleared
+result's placeholder, enough to say what it was)."""
 _CUT_ATTEMPTS = 4
 # Steps that finish a landing; the strategy reported is the last step that is not one (or
 # "summarize", when a summary stands in the result).
@@ -166,6 +171,10 @@ class Situation:
     summarized (or truncated, as the strategy says) from its original messages, none trimmed
     or cleared first (`proxy.core.compaction_items` gives the client its user messages back
     beside the block)."""
+    working: frozenset[bytes] = frozenset()
+    """The digests of the messages that are the client's working set (`proxy.core.
+    working_set`: what it re-sends whole on every request, aider's files message): the
+    latest is kept whole, in the recent window, while the request fits the window."""
     beside: Message | None = None
     """A message of `messages` forwarded again beside the block (`whole`: the latest user
     message, which the client keeps): it is condensed with the rest, but the ledger does not
@@ -533,6 +542,8 @@ class _Work:
     many notes were known then: a plan asks it of each message several times, and each
     answer hashes the message's whole text."""
 
+    _working_seen: tuple[list[Message], int | None] | None = None
+
     def __post_init__(self) -> None:
         self.notes = set(self.situation.notes)
         situation = self.situation
@@ -563,7 +574,7 @@ class _Work:
                 carried = artifacts.merged(trail, carried)
             if standalone is None and not self.stands_beside(restored):
                 said.append(restored)
-        said_now = ledger.statements_of(said, each=self.mentions.statements)
+        said_now = self.said(said, None)
         everything = ledger.merged(earlier, said_now)
         # The user's rules, specifics and task may take up to half the allowance again when
         # they need it (a small window's allowance holds a dozen of them); chatter never, and
@@ -583,6 +594,21 @@ class _Work:
             tools = offered_tools(self.situation.body)
             summary = max(summary, allowances.summary + allowances.facts + count(", ".join(tools)))
         self.block_budget = self.ledger_budget + self.trail_budget + summary + _NOTE_OVERHEAD
+
+    def said(self, messages: Sequence[Message], task: Message | None) -> list[Statement]:
+        """What the user (or a late instruction) said in `messages`, in order (`task`: the
+        message that first stated the task, when among them): each message's statements,
+        then the line naming what it pasted with the id that recalls it whole (the id its
+        cut named, once it was cut)."""
+        found: list[Statement] = []
+        for message in messages:
+            for statement in self.mentions.statements(message, message is task):
+                if statement.rank == ledger.PASTE:
+                    body = text(message)
+                    rid = pastes.recall_of(body) or self.recall_of([message])
+                    statement = Statement(pastes.ledger_line(body, rid) or "", ledger.PASTE)
+                found.append(statement)
+        return found
 
     def trail_of(
         self, removed: Sequence[Message], carried: Sequence[str], budget: int
@@ -663,7 +689,47 @@ class _Work:
         if self.situation.whole:
             # Everything goes into the block: the client keeps its user messages itself.
             found = replace(found, recent=len(self.messages), running=None, asked=None)
-        return found.protecting(running=self.keep_running)
+        found = found.protecting(running=self.keep_running)
+        # A note of the proxy's never opens the recent window: it stands for what is before
+        # it, and a new block folds it in. Kept in the window, the next block (a released
+        # task's) was written before it: two blocks, the newer one's ledger without the
+        # older one's statements, the task's words after what was said later.
+        recent = found.recent
+        while recent < len(self.messages) - 1 and self._note_unit_at(recent):
+            recent += 1
+        # The client's working set is no history: its latest copy stays in the window.
+        working = self.working_at()
+        if working is not None and working >= found.head:
+            start = next((u.start for u in self.units if u.start <= working < u.stop), working)
+            recent = min(recent, start)
+        return replace(found, recent=recent)
+
+    def working_at(self) -> int | None:
+        """Where the latest copy of the client's working set stands, if the request has one."""
+        if not self.situation.working:
+            return None
+        seen = self._working_seen
+        if seen is not None and seen[0] is self.messages:
+            return seen[1]
+        found = (i for i in range(len(self.messages) - 1, -1, -1) if self._is_working(i))
+        at = next(found, None)
+        # Asked of every message a step looks at: found once per list of messages (each step
+        # makes a new one), and the list kept, so its id is not reused.
+        self._working_seen = (self.messages, at)
+        return at
+
+    def _is_working(self, index: int) -> bool:
+        # A block merged into the copy (opening it, where roles must alternate) is no part
+        # of what the client sent.
+        message = self.messages[index]
+        if role(message) != "user":
+            return False
+        return digest(self.detach_notes(message)[0]) in self.situation.working
+
+    def _note_unit_at(self, index: int) -> bool:
+        """Whether message `index` is a note of the proxy's standing alone, a unit of its own."""
+        alone = any(u.start == index and u.stop == index + 1 for u in self.units)
+        return alone and self.note_of(self.messages[index]) is not None
 
     def recent_allowance(self) -> int:
         """What the target leaves the recent window: the target less the instructions, the
@@ -813,8 +879,44 @@ def _clear_layer(work: _Work) -> Plan | None:
             placeholder = clear(message, work.tool_name(index), tokens, names, rid)
             if work.counter.message(placeholder) < tokens:  # a short result stays whole
                 messages[index] = placeholder
+    _cut_pastes(work, messages, range(work.pins.recent))
     work.update(messages, "clear_tool_results")
     return work.outcome()
+
+
+def _cut_pastes(work: _Work, messages: list[Message], indices: range) -> None:
+    """Cut what the user pasted in messages `indices` (never the running turn's) to head and
+    tail, as old tool results are cleared: a paste is data, and its id recalls it whole.
+    The user's words beside it stay as they were."""
+    for index in indices:
+        if _holds_paste(work, index):
+            messages[index] = _paste_cut(work, index, _PASTE_KEPT)
+
+
+def _holds_paste(work: _Work, index: int) -> bool:
+    """Whether message `index` is a user message (not the running turn's, not the working
+    set's latest copy) whose paste a cut would make smaller."""
+    message = work.messages[index]
+    return (
+        role(message) == "user"
+        and index != work.pins.running
+        and index != work.working_at()
+        and isinstance(message.get("content"), str)
+        and not work.holds_note(message)
+        and any(s.rank == ledger.PASTE for s in work.mentions.statements(message, False))
+        and not pastes.is_cut(text(message))
+    )
+
+
+def _paste_cut(work: _Work, index: int, size: int) -> Message:
+    """Message `index` with its pastes cut so that it takes about `size` tokens (never less
+    than its words)."""
+    message = work.messages[index]
+    body = text(message)
+    cut = pastes.cut(body, size, work.counter.text, work.recall_of([message]))
+    if cut == body or work.counter.text(cut) >= work.counter.text(body):
+        return message
+    return {**message, "content": cut}
 
 
 def _summarize_layer(work: _Work) -> Plan | None:
@@ -1038,18 +1140,24 @@ def _shortened(note: str, room: int, count: Callable[[str], int]) -> str:
 
 def _trim_recent(work: _Work) -> None:
     """Cut the recent window's tool results (the running turn's, the one the user asks about)
-    to head and tail, the oldest first, until the target is reached: the newest results are
-    cut, never cleared or dropped."""
+    and what its users pasted (never the running turn's) to head and tail, the oldest first,
+    until the target is reached: the newest results are cut, never cleared or dropped."""
     start = min(work.pins.recent, len(work.messages))
-    results = [i for i in range(start, len(work.messages)) if _worth_cutting(work, i)]
+    working = work.working_at()
+    results = [
+        i for i in range(start, len(work.messages)) if i != working and _worth_cutting(work, i)
+    ]
     if results:
         _cut_oldest_first(work, results, "trim_recent", work.target)
 
 
 def _worth_cutting(work: _Work, index: int) -> bool:
-    """Whether message `index` is a tool result a cut would make smaller by more than its
-    note: one hardly bigger than a cut's note and least text stays whole."""
+    """Whether message `index` is a paste a cut would make smaller (`_holds_paste`) or a tool
+    result a cut would make smaller by more than its note: one hardly bigger than a cut's
+    note and least text stays whole."""
     message = work.messages[index]
+    if _holds_paste(work, index):
+        return True
     return is_tool_result(message) and work.counter.message(message) > NOTE_ALLOWANCE + 2 * _MIN_CUT
 
 
@@ -1078,6 +1186,8 @@ def _cut_to(work: _Work, index: int, size: int) -> Message:
     """Message `index` cut to head and tail at about `size` tokens: a cut lands near its
     size, not on it (characters per token vary along a text), so one that overshoots is
     made again from the original, smaller by the overshoot."""
+    if _holds_paste(work, index):
+        return _paste_cut(work, index, size)
     original, cap, attempts = work.messages[index], size, 1
     name = work.tool_name(index)
     names = _names(work, original)
@@ -1100,11 +1210,18 @@ def _names(work: _Work, message: Message) -> Sequence[str] | None:
 
 def _cap_recent(work: _Work) -> None:
     """Cut the text of the recent messages, only as far as fitting needs: the user's own
-    newest words are never cut just to reach a target."""
+    newest words are never cut just to reach a target, and the working set's latest copy
+    only when nothing else left fits the window."""
     goal = work.target if work.target_override is not None else work.allowances.limit
-    indices = [i for i in range(work.pins.recent, len(work.messages)) if _cappable(work, i)]
-    if indices and work.total() > goal:
-        _cut_oldest_first(work, indices, "cap_recent", goal)
+    working = work.working_at()
+    for last_resort in (False, True):
+        indices = [
+            i
+            for i in range(work.pins.recent, len(work.messages))
+            if _cappable(work, i) and (last_resort or i != working)
+        ]
+        if indices and work.total() > goal:
+            _cut_oldest_first(work, indices, "cap_recent", goal)
 
 
 def _cappable(work: _Work, index: int) -> bool:
@@ -1257,30 +1374,29 @@ class _Eviction:
         return ledger.selected(current, work.ledger_budget, work.counter.text)
 
     def statements(self) -> list[Statement]:
-        """The earlier ledger merged with what the span's user said (latest value of each).
+        """The earlier ledger merged with what the span's user said (latest value of each),
+        in the order first said.
 
         A task said before what the earlier notes carry (released now, when the earlier
-        notes stand after it) loses to them what they replaced ("Budget: $500" in the task,
-        "$700" in the ledger): merged after them, it would replace the newer value."""
-        work = self.work
-        each = work.mentions.statements
+        notes stand after it) goes first, and loses to them what they replaced ("Budget:
+        $500" in the task, "$700" in the ledger); what the rest of the span said follows."""
         evicted = list(self.evicted)
-        if work.situation.beside is not None:
+        if self.work.situation.beside is not None:
+            work = self.work
             evicted = [m for m in evicted if not work.stands_beside(work.detach_notes(m)[0])]
-        said = ledger.statements_of(evicted, task=self.task, each=each)
         if self.task is not None and self.task_first:
-            task = ledger.statements_of([self.task], task=self.task, each=each)
-            kept = {s.text for s in ledger.merged(task, self.earlier)}
-            said = [s for s in said if s.text in kept or s not in task]
-        return ledger.merged(self.earlier, said)
+            task = self.work.said([self.task], self.task)
+            rest = self.work.said([m for m in evicted if m is not self.task], None)
+            return ledger.merged(ledger.merged(task, self.earlier), rest)
+        return ledger.merged(self.earlier, self.work.said(evicted, self.task))
 
     def replaced(self) -> list[str]:
         """What the earlier ledger or the span's user said that a later statement replaced
         (in the span or after it, still in the conversation): a stale value kept in the
         block beside the new one misleads as much as a lost one."""
-        each = self.work.mentions.statements
-        said = [*self.earlier, *ledger.statements_of(self.evicted, task=self.task, each=each)]
-        later = ledger.statements_of(self.messages[self.stop :], each=each)
+        work = self.work
+        said = [*self.earlier, *work.said(self.evicted, self.task)]
+        later = work.said(self.messages[self.stop :], None)
         current = {s.text for s in ledger.merged(self.statements(), later)}
         return [s.text for s in said if s.text not in current]
 

@@ -56,6 +56,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from proxy.core import pastes
 from proxy.core.ledger import find_specifics
 from proxy.core.messages import Message, is_instruction, role, text
 
@@ -73,8 +74,10 @@ _ENTRY_OVERHEAD = 2
 MAX_STATEMENT_CHARS = 4_000
 """Longer sentences are no statements (see `_sentences`)."""
 
-RULE, SPECIFIC, TASK, OTHER = 0, 1, 2, 3
-"""Ranks, most important first."""
+RULE, SPECIFIC, TASK, OTHER, PASTE = 0, 1, 2, 3, 4
+"""Ranks, most important first. `PASTE` is the ledger's line naming what a message pasted
+(`proxy.core.pastes.ledger_line`): the data itself is a recall away, so it is the first
+line a short ledger gives up, and no paste can push a statement of the user's out."""
 
 # A sentence: up to `.`, `!` or `?` before a space, or the end of the line; a list marker in
 # front is not part of it. Dots inside words (`main.py`, `3.11`) do not end a sentence. A run
@@ -177,7 +180,12 @@ def message_statements(message: Message, is_task: bool) -> tuple[Statement, ...]
     `is_task`: the message first stated the task (its statements rank as the task's)."""
     if role(message) != "user" and not is_instruction(message):
         return ()
-    return tuple(Statement(s, _rank(s, is_task=is_task)) for s in _sentences(text(message)))
+    # A paste is data, not the user's words: its lines are no statements (one pasted log
+    # took the room of every later statement), and the ledger names it in one line instead.
+    body = text(message)
+    said = [Statement(s, _rank(s, is_task=is_task)) for s in _sentences(pastes.prose(body))]
+    pasted = pastes.ledger_line(body, None)
+    return tuple(said if pasted is None else [*said, Statement(pasted, PASTE)])
 
 
 StatementsOf = Callable[[Message, bool], Sequence[Statement]]
@@ -211,6 +219,8 @@ def _sentences(source: str) -> Iterator[str]:
 
 
 def _rank(sentence: str, *, is_task: bool) -> int:
+    if pastes.is_ledger_line(sentence):
+        return PASTE
     if _RULE.search(sentence):
         return RULE
     if _is_specific(sentence):
@@ -275,7 +285,7 @@ def _subject(statement: Statement) -> tuple[str, bool] | None:
     may replace an earlier statement about the same; None when it states no value that a
     later one could update: a rule (rules add up), a question, a statement with no value."""
     text = _SPACES.sub(" ", statement.text).strip()
-    if statement.rank == RULE or text.endswith("?"):
+    if statement.rank in (RULE, PASTE) or text.endswith("?"):
         return None
     label, body, announced = _labelled(text)
     if label in _STATE_LABELS:
@@ -373,7 +383,7 @@ def selected(
 def above_chatter(statements: Sequence[Statement]) -> list[Statement]:
     """The statements ranked above chatter (rules, specifics, the task): a shortened ledger
     keeps them to the last."""
-    return [statement for statement in statements if statement.rank != OTHER]
+    return [statement for statement in statements if statement.rank < OTHER]
 
 
 def rules(statements: Sequence[Statement]) -> list[Statement]:
@@ -384,7 +394,7 @@ def rules(statements: Sequence[Statement]) -> list[Statement]:
 def _priority(statements: Sequence[Statement], index: int) -> tuple[int, int]:
     rank = statements[index].rank
     # The rest goes newest first: the latest chatter is the likeliest to matter next.
-    return (rank, -index if rank == OTHER else index)
+    return (rank, -index if rank >= OTHER else index)
 
 
 def ledger_text(statements: Sequence[Statement]) -> str:

@@ -355,10 +355,17 @@ class _Middle:
         def noted(mentioned: str) -> str:
             # The names only the middle held are listed inside the note: the model can still
             # refer to them, and `kept_names` of the cut text finds them again.
-            return (
+            opening = (
                 f"{head}\n\n[... {cut_tokens} tokens ({cut_chars} characters) cut from the "
                 f"middle of this {self.what}: it was too large for the context window"
-                f"{mentioned}. {ask} the tool again with a narrower query (a line range, a "
+                f"{mentioned}."
+            )
+            if self.what == "message":
+                # No tool to call again for a message: only the id can give it back.
+                back = f" {reference(self.recall)} returns the whole message" if self.recall else ""
+                return f"{opening}{back} ...]\n\n{tail}"
+            return (
+                f"{opening} {ask} the tool again with a narrower query (a line range, a "
                 f"filter, a smaller page) rather than guessing what it said ...]\n\n{tail}"
             )
 

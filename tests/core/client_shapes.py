@@ -24,7 +24,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from proxy.core.messages import Message
+from proxy.core.digests import digest
+from proxy.core.messages import Message, text
 from tests import builders
 from tests.core.words import TOOLS
 
@@ -92,7 +93,7 @@ def _files_message(files: Mapping[str, int]) -> str:
         f"{path}\n```\n{_words(size, 'code')}\n```" for path, size in files.items()
     )
     return (
-        "I have *added these files to the chat* so you can go ahead and edit them.\n\n"
+        f"{FILES_OPENING} so you can go ahead and edit them.\n\n"
         "*Trust this message as the true contents of these files!*\n"
         "Any other messages in the chat may contain outdated versions of the files' contents.\n\n"
         + listed
@@ -190,6 +191,17 @@ class Shape:
     messages: Callable[[], st.SearchStrategy[list[Message]]]
     body: Callable[[int], dict[str, Any]]
     """The request's other fields (its tools), given the usable input in tokens."""
+    working: Callable[[list[Message]], frozenset[bytes]] = lambda _: frozenset()
+    """The digests of the messages the client re-sends on every request (its working set, as
+    `proxy.core.working_set` finds it from the request before)."""
+
+
+FILES_OPENING = "I have *added these files to the chat*"
+
+
+def files_message(messages: list[Message]) -> frozenset[bytes]:
+    """aider's working set: the files message it sends again before every ask."""
+    return frozenset(digest(m) for m in messages if text(m).startswith(FILES_OPENING))
 
 
 def _tools(_: int) -> dict[str, Any]:
@@ -198,7 +210,7 @@ def _tools(_: int) -> dict[str, Any]:
 
 SHAPES = (
     Shape("agent", agent, _tools),
-    Shape("aider", aider, lambda _: {}),
+    Shape("aider", aider, lambda _: {}, files_message),
     Shape("paste", paste, _tools),
     Shape("long_turn", long_turn, _tools),
     Shape("observations", observations, lambda _: {}),

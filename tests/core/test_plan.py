@@ -35,6 +35,7 @@ from proxy.core.summary import (
     note_digest,
     note_of,
     notes_in,
+    stands_for,
 )
 from proxy.core.tool_results import is_cleared
 from proxy.core.units import group_units, is_well_formed
@@ -636,9 +637,10 @@ def test_a_conversation_whose_only_user_message_is_its_newest_can_still_be_compa
     assert detach_note(result.messages[-1])[0] == messages[-1]  # the note opens it
 
 
-def test_a_note_in_the_recent_window_stays_where_it_is() -> None:
-    # An earlier note that stands in the recent window is kept whole there; the new note
-    # covers only what is evicted before it.
+def test_a_note_that_would_open_the_recent_window_is_folded_into_the_new_one() -> None:
+    # An earlier note standing where the recent window would start stands for what is before
+    # it: the new note folds it in (one block, its ledger in the order first said), where a
+    # block written before it gave two, the newer holding the older words.
     earlier = "[2 earlier messages omitted]"
     messages = [
         system(),
@@ -651,8 +653,10 @@ def test_a_note_in_the_recent_window_stays_where_it_is() -> None:
     ours = frozenset({note_digest(earlier)})
     forced = situation(messages, window=3000, keep_recent=2, force=True, notes=ours)
     result = run(plan_compaction(forced, COUNTER))
-    assert result.messages[-2:] == messages[-2:]
-    assert sum(1 for m in result.messages if note_of(m)) == 2
+    assert result.messages[-1] == messages[-1]
+    (note,) = [note_of(m) for m in result.messages if note_of(m)]
+    assert note is not None
+    assert stands_for(note) == 4  # the earlier note's two, and the two before it (the task stays)
 
 
 def test_a_request_with_no_message_to_cut_is_left_as_it_is() -> None:

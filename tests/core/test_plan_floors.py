@@ -4,6 +4,11 @@ does, whatever the window, the strategy, the summary or the landing.
 - The running turn's user message (the last user message: what the model answers now) is
   forwarded as the user sent it, as the last user message: whole, never cut, folded into the
   block or followed by it (where the block must be merged into it, the block opens it).
+- The client's working set (aider's files message, re-sent on every request) is forwarded
+  whole, in place, whenever the request can hold it whole: cut only when, put back whole, the
+  request would not fit the usable input.
+- The block's ledger is the user's words, in the order first said: no line of a paste is a
+  statement of it (a paste is named in one line, with its recall id).
 
 The properties run the profile's number of examples (tests/conftest.py); before a change to
 the plan is resolved, over many seeds: `pytest tests/core/test_plan_floors.py
@@ -17,11 +22,15 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.core import pastes
+from proxy.core import statements as ledger
 from proxy.core.budget import request_budget
+from proxy.core.digests import digest
 from proxy.core.messages import Message, role, text
 from proxy.core.plan import Compacted, NeedsSummary, Situation, plan_compaction, plan_emergency
 from proxy.core.policy import STRATEGIES, ContextPolicy
-from proxy.core.summary import detach_notes
+from proxy.core.statements import Statement
+from proxy.core.summary import detach_notes, note_digest, notes_in
 from tests.core.client_shapes import SHAPES
 from tests.core.test_plan_properties import SUMMARIES, finish
 from tests.core.words import COUNTER
@@ -47,7 +56,8 @@ def case(draw: st.DrawFn) -> Case:
     reserve = draw(st.sampled_from([1024, 4096]))
     budget = request_budget(window, {}, output_reserved=reserve, margin_share=0.03)
     body = shape.body(budget.tokens_at(1.0))
-    situation = Situation(messages, body, policy, budget, force=draw(st.booleans()))
+    force, working = draw(st.booleans()), shape.working(messages)
+    situation = Situation(messages, body, policy, budget, force=force, working=working)
     return Case(shape.name, messages, situation)
 
 
@@ -86,3 +96,81 @@ def test_the_running_ask_is_forwarded_as_sent_after_an_overflow(case: Case) -> N
     if ask is None or not isinstance(result, Compacted):
         return
     assert forwarded_as_sent(ask, result.messages), (case.shape, result.steps)
+
+
+def block_ledger(result: Compacted) -> list[Statement]:
+    """The ledger of the newest block the proxy wrote in `result` ([] if none)."""
+    ours = [note for note in notes_in(result.messages) if note_digest(note) in result.notes]
+    return ledger.without_ledger(ours[-1])[1] if ours else []
+
+
+def pasted_lines(messages: list[Message]) -> set[str]:
+    """Every line the users pasted (`proxy.core.pastes`), less what they also said in words."""
+    found: set[str] = set()
+    for message in messages:
+        if role(message) == "user":
+            body = text(message)
+            found.update(
+                line.strip()
+                for span in pastes.spans(body)
+                for line in body[span.start : span.end].split("\n")
+            )
+    said = {s.text for m in messages for s in ledger.message_statements(m, False)}
+    return found - said
+
+
+def check_the_ledger(messages: list[Message], result: Compacted) -> None:
+    kept = block_ledger(result)
+    words = [s for s in kept if s.rank != ledger.PASTE]
+    # No line of a paste is a statement: a paste is named in one line of its own.
+    assert not {s.text for s in words} & pasted_lines(messages)
+    assert len(kept) - len(words) <= sum(role(m) == "user" for m in messages)
+    # In the order first said: as every statement merged at once lists them.
+    order = {s.text: i for i, s in enumerate(ledger.merged([], ledger.statements_of(messages)))}
+    places = [order[s.text] for s in words]
+    assert places == sorted(places), [s.text for s in words]
+
+
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@given(case(), SUMMARIES)
+def test_the_ledger_is_the_user_s_words_in_first_said_order(case: Case, how: str) -> None:
+    plan = plan_compaction(case.situation, COUNTER)
+    result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
+    if isinstance(result, Compacted):
+        check_the_ledger(case.messages, result)
+
+
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@given(case())
+def test_the_ledger_is_the_user_s_words_in_first_said_order_after_an_overflow(case: Case) -> None:
+    result = plan_emergency(case.situation, COUNTER)
+    if isinstance(result, Compacted):
+        check_the_ledger(case.messages, result)
+
+
+def check_the_working_set(case: Case, result: Compacted) -> None:
+    working = [m for m in case.messages if digest(m) in case.situation.working]
+    if not working:
+        return
+    latest = working[-1]
+    forwarded = [detach_notes(m)[0] for m in result.messages]
+    if latest in forwarded:
+        return
+    # Never folded into the block; cut only when the request could not hold it whole.
+    opening = text(latest).split("\n", 1)[0]
+    found = [i for i, m in enumerate(forwarded) if text(m).startswith(opening)]
+    assert len(found) == 1, (result.steps, [text(m)[:50] for m in forwarded])
+    at = found[0]
+    restored = list(result.messages)
+    restored[at] = latest
+    tools = COUNTER.tools(case.situation.body)
+    assert COUNTER.messages(restored) + tools > case.situation.budget.tokens_at(1.0), result.steps
+
+
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@given(case(), SUMMARIES)
+def test_the_working_set_is_forwarded_whole_while_it_fits(case: Case, how: str) -> None:
+    plan = plan_compaction(case.situation, COUNTER)
+    result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
+    if isinstance(result, Compacted):
+        check_the_working_set(case, result)
