@@ -1,0 +1,87 @@
+"""The client's working set is told from history by where it stands across two requests.
+
+aider's requests, in its own order (system, history, the files message, "Ok.", the ask): the
+files message is outside the start the two requests share, and comes again after the new
+history, so it is the working set, in its newer version too. A client that only appends (its
+previous request is the start of the next) has none, whatever its messages say.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.digests import digest
+from proxy.core.messages import Message
+from proxy.core.session import chain_hashes
+from proxy.core.working_set import MIN_CHARS, Seen, seen, working_set
+from tests.builders import assistant, user
+from tests.core.client_shapes import FILES_OPENING
+
+
+def files(version: int) -> Message:
+    body = "\n".join(f"line {n} of src/app.py, version {version}" for n in range(120))
+    return user(
+        f"{FILES_OPENING} so you can go ahead and edit them.\n\nsrc/app.py\n```\n{body}\n```"
+    )
+
+
+def aider_request(turn: int, version: int) -> list[Message]:
+    history = [m for n in range(turn) for m in (user(f"Ask {n}."), assistant(f"Did {n}."))]
+    return [*history, files(version), assistant("Ok."), user(f"Ask {turn}.")]
+
+
+def found(previous: list[Message] | None, body: list[Message]) -> frozenset[bytes]:
+    before = None if previous is None else seen(previous, chain_hashes(previous))
+    return working_set(before, body, chain_hashes(body))
+
+
+def test_aider_s_files_message_is_its_working_set_in_every_version() -> None:
+    first, second = aider_request(1, 1), aider_request(2, 1)
+    assert found(None, first) == frozenset()
+    assert found(first, second) == {digest(files(1))}
+    edited = aider_request(3, 2)  # the model edited the file: a newer version is re-sent
+    assert found(second, edited) == {digest(files(2))}
+
+
+def test_a_round_trip_through_json_remembers_the_same() -> None:
+    first = aider_request(1, 1)
+    remembered = seen(first, chain_hashes(first))
+    assert Seen.from_json(remembered.to_json()) == remembered
+
+
+def test_an_edit_before_what_was_remembered_finds_nothing() -> None:
+    long = aider_request(20, 1)
+    edited = [user("A different first ask."), *aider_request(21, 1)[1:]]
+    assert found(long, edited) == frozenset()
+
+
+def test_a_short_message_re_sent_is_just_a_message() -> None:
+    first = [user("Status?"), assistant("Ok."), user("Ask 0.")]
+    second = [
+        user("Ask 0."),
+        assistant("Did 0."),
+        user("Status?"),
+        assistant("Ok."),
+        user("Ask 1."),
+    ]
+    assert found(first, second) == frozenset()
+
+
+pastes = st.integers(0, 3).map(lambda n: user(f"Pasted log {n}:\n" + "x = 1\n" * MIN_CHARS))
+turns = st.lists(
+    st.one_of(
+        st.sampled_from(["Fix it.", "Go on.", "Why?"]).map(user),
+        pastes,
+        st.just(assistant("Done.")),
+    ),
+    max_size=30,
+)
+
+
+@given(turns, turns)
+def test_a_client_that_only_appends_has_no_working_set(
+    before: list[Message], after: list[Message]
+) -> None:
+    # Large pastes said again later are history like any other message.
+    assert found(before, [*before, *after]) == frozenset()
