@@ -1140,8 +1140,10 @@ def _shortened(note: str, room: int, count: Callable[[str], int]) -> str:
 
 def _trim_recent(work: _Work) -> None:
     """Cut the recent window's tool results (the running turn's, the one the user asks about)
-    and what its users pasted (never the running turn's) to head and tail, the oldest first,
-    until the target is reached: the newest results are cut, never cleared or dropped."""
+    to head and tail, the oldest first, until the target is reached: the newest results are
+    cut, never cleared or dropped. (A paste the window holds fits it: the window is bounded
+    by the room the target leaves, and a paste is never the newest unit or the running
+    turn's tool exchange, the two it holds whatever their size.)"""
     start = min(work.pins.recent, len(work.messages))
     working = work.working_at()
     results = [
@@ -1152,12 +1154,9 @@ def _trim_recent(work: _Work) -> None:
 
 
 def _worth_cutting(work: _Work, index: int) -> bool:
-    """Whether message `index` is a paste a cut would make smaller (`_holds_paste`) or a tool
-    result a cut would make smaller by more than its note: one hardly bigger than a cut's
-    note and least text stays whole."""
+    """Whether message `index` is a tool result a cut would make smaller by more than its
+    note: one hardly bigger than a cut's note and least text stays whole."""
     message = work.messages[index]
-    if _holds_paste(work, index):
-        return True
     return is_tool_result(message) and work.counter.message(message) > NOTE_ALLOWANCE + 2 * _MIN_CUT
 
 
@@ -1186,8 +1185,6 @@ def _cut_to(work: _Work, index: int, size: int) -> Message:
     """Message `index` cut to head and tail at about `size` tokens: a cut lands near its
     size, not on it (characters per token vary along a text), so one that overshoots is
     made again from the original, smaller by the overshoot."""
-    if _holds_paste(work, index):
-        return _paste_cut(work, index, size)
     original, cap, attempts = work.messages[index], size, 1
     name = work.tool_name(index)
     names = _names(work, original)

@@ -20,6 +20,7 @@ hands it to `working_set` on the next.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -48,6 +49,20 @@ class Seen:
     @classmethod
     def from_json(cls, data: Sequence[Sequence[Any]]) -> Seen:
         return cls(tuple((int(at), str(chained), opened) for at, chained, opened in data))
+
+    @classmethod
+    def parsed(cls, stored: str | None) -> Seen | None:
+        """What a store gave back (None: nothing, or what no version of this wrote)."""
+        if not stored:
+            return None
+        try:
+            return cls.from_json(json.loads(stored))
+        except (ValueError, TypeError):
+            return None
+
+    def holds_large(self) -> bool:
+        """Whether a large user message is among what was remembered."""
+        return any(opened is not None for _, _, opened in self.tail)
 
 
 def seen(body: Sequence[Message], hashes: Sequence[str]) -> Seen:

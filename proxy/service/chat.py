@@ -206,6 +206,7 @@ class ChatForwarder:
             turn.budget,
             notes=turn.notes(outcome.checkpoint),
             recall=turn.recall_scope,
+            working=turn.working,
         )
         result = await turn.planned(
             lambda c, m: plan_emergency(situation, c, stated_limit=window, mentions=m)

@@ -323,6 +323,7 @@ class Compactor:
             force=action.force,
             notes=turn.notes(outcome.checkpoint),
             recall=turn.recall_scope,
+            working=turn.working,
         )
         plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         # Whether compaction had its chance: after it, a request still over the provider's
@@ -479,6 +480,7 @@ class Compactor:
             turn.budget,
             notes=turn.notes(None),
             recall=turn.recall_scope,
+            working=turn.working,
         )
         plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         if isinstance(plan, NeedsSummary):

@@ -305,6 +305,12 @@ class Memory:
             return None, {}
         return await self._try(self.store.find_prepared(tenant, session, hashes, keys), (None, {}))
 
+    async def swap_tail(self, tenant: str, session: str, tail: str) -> str | None:
+        """Remember this request's tail (`proxy.core.working_set.Seen`, as JSON) and give
+        back the previous request's (None when there is none or the store is down: the
+        request then has no working set told apart, and is planned as before)."""
+        return await self._try(self.store.swap_tail(tenant, session, tail), None, write=True)
+
     async def put_summary(self, tenant: str, session: str | None, key: str, text: str) -> bool:
         """Whether the summary was stored (False: the store is down, or there is no session
         to keep it for)."""

@@ -231,6 +231,7 @@ class Preparer:
             force=True,
             notes=notes,
             recall=turn.recall_scope,
+            working=turn.working,
         )
         need = await turn.planned(lambda c, m: _planned(situation, c, m))
         if not isinstance(need, NeedsSummary):

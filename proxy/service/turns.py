@@ -9,6 +9,7 @@ and the counter for its tokenizer. Lookups that need the network (the upstream's
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 from proxy.adapters.tokenizer import Encoders
 from proxy.adapters.upstream import Upstream, UpstreamRequest, fetched
-from proxy.core import recall
+from proxy.core import recall, working_set
 from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import Digests
 from proxy.core.headers import KEY_HEADERS, Headers
@@ -105,6 +106,9 @@ class Turn:
     refuses nothing (the provider's own overflow error does, and its usage calibrates)."""
     answered: Answered = field(default_factory=lambda: Answered())
     """What the answer told, once it has been read: filled by the forwarder."""
+    working: frozenset[bytes] = frozenset()
+    """The digests of the body's messages that are the client's working set (what it
+    re-sends on every request: `proxy.core.working_set`), told from the request before."""
 
     @property
     def model(self) -> str | None:
@@ -293,6 +297,7 @@ class Turns:
         counter = self.counter(model).for_request(digests)
         await count_off_loop(counter, request)
         state, checkpoint = await self._opened(tenant, session, model, hashes, count=count)
+        working = await self._working(tenant, session, body, hashes)
         window = await self.window(model, credentials, tenant)
         learned = await self._memory.calibration(tenant, model)
         budget = request_budget(
@@ -319,7 +324,20 @@ class Turns:
             digests=digests,
             mentions=self._mentions.for_request(digests),
             estimated=learned is None and counter.encoder.name == APPROXIMATE,
+            working=working,
         )
+
+    async def _working(
+        self, tenant: str, session: str | None, body: list[Message], hashes: list[str]
+    ) -> frozenset[bytes]:
+        """The client's working set in `body`, told from what the session's previous request
+        ended with; this request's end remembered for the next. Only a request whose end
+        holds a large user message asks the store (the rest have none to tell apart)."""
+        now = working_set.seen(body, hashes)
+        if session is None or not now.holds_large():
+            return frozenset()
+        stored = await self._memory.swap_tail(tenant, session, json.dumps(now.to_json()))
+        return working_set.working_set(working_set.Seen.parsed(stored), body, hashes)
 
     async def _opened(
         self,

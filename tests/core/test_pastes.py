@@ -159,3 +159,29 @@ def test_a_cut_keeps_every_statement_and_is_final(
     if cut != body:
         assert pastes.is_cut(cut)
         assert pastes.cut(cut, size // 2, COUNT, RID) == cut
+
+
+def test_json_too_short_or_inside_a_sentence_is_words() -> None:
+    long = json.dumps({"region": "eu-west-1", "ids": list(range(80))})
+    for body in ('{"region": "eu-west-1"} is the config.', f"{long} is what the API returned."):
+        assert pastes.spans(body) == (), body[:40]
+
+
+def test_a_code_run_ends_at_a_fence_and_at_words_and_holds_its_blank_lines() -> None:
+    code = "\n".join(
+        ["def load(path):", "", "    with open(path) as f:", "        return f.read()"] * 3
+    )
+    fence = "```\n" + "\n".join(f"step_{n} = run({n})" for n in range(5)) + "\n```"
+    words = "This is why.\nIt reads the file.\nThen it stops.\nNothing else."
+    (run, fenced) = pastes.spans(f"{code}\n{fence}")
+    assert run.lines == 12
+    assert fenced.lines == 7
+    (ended,) = pastes.spans(f"{code}\n{words}")
+    assert ended.lines == 12
+
+
+def test_a_paste_whose_lines_all_fit_is_left_whole() -> None:
+    # A cut is asked for only when a paste is over its share; should every line fit after
+    # all (the fences counted apart), the paste is kept as it was.
+    piece = "```\nstep = run(1)\n```"
+    assert pastes._cut_span(piece, 100, COUNT, RID) == piece

@@ -659,6 +659,25 @@ def test_a_note_that_would_open_the_recent_window_is_folded_into_the_new_one() -
     assert stands_for(note) == 4  # the earlier note's two, and the two before it (the task stays)
 
 
+def test_a_note_inside_the_recent_window_stays_where_it_is() -> None:
+    # An earlier note standing inside the recent window (not opening it) is kept whole there;
+    # the new note covers only what is evicted before the window.
+    earlier = "[2 earlier messages omitted]"
+    messages = [
+        system(),
+        user("the task"),
+        assistant("old " + words(300)),
+        user("older question " + words(30)),
+        assistant(earlier),
+        user("the latest question"),
+    ]
+    ours = frozenset({note_digest(earlier)})
+    forced = situation(messages, window=3000, keep_recent=3, force=True, notes=ours)
+    result = run(plan_compaction(forced, COUNTER))
+    assert result.messages[-3:] == messages[-3:]
+    assert sum(1 for m in result.messages if note_of(m)) == 2
+
+
 def test_a_request_with_no_message_to_cut_is_left_as_it_is() -> None:
     # Found by the fuzz suite: an output reserve that leaves less usable input than the tools
     # take, and no message at all; with no unit to cut, the plan ends instead of indexing

@@ -50,6 +50,12 @@ def test_a_round_trip_through_json_remembers_the_same() -> None:
     assert Seen.from_json(remembered.to_json()) == remembered
 
 
+def test_what_no_version_wrote_is_nothing_remembered() -> None:
+    assert Seen.parsed(None) is None
+    assert Seen.parsed("not json") is None
+    assert Seen.parsed('[["x"]]') is None
+
+
 def test_an_edit_before_what_was_remembered_finds_nothing() -> None:
     long = aider_request(20, 1)
     edited = [user("A different first ask."), *aider_request(21, 1)[1:]]

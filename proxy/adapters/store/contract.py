@@ -295,6 +295,15 @@ class Summaries(Protocol):
         ...
 
 
+class Tails(Protocol):
+    """What a session's last request ended with, for the next (`proxy.core.working_set`:
+    which large user messages a client re-sends, its working set, not history)."""
+
+    async def swap_tail(self, tenant: str, session_id: str, tail: str) -> str | None:
+        """Remember `tail` for the session's TTL (each write restarts it) and give back the
+        one it replaces (None if none), at once: one round trip on the request's path."""
+
+
 class Locks(Protocol):
     """Named locks with a lifetime, so one replica writes one summary for one prefix."""
 
@@ -330,7 +339,16 @@ class ModelFacts(Protocol):
 
 
 class Store(
-    Lifecycle, Checkpoints, Sessions, Archive, Recalls, Summaries, Locks, ModelFacts, Protocol
+    Lifecycle,
+    Checkpoints,
+    Sessions,
+    Archive,
+    Recalls,
+    Summaries,
+    Tails,
+    Locks,
+    ModelFacts,
+    Protocol,
 ):
     """Everything the service keeps, in one store (embedded or Redis); each role above is
     what one part of the service needs of it."""

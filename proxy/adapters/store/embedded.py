@@ -592,6 +592,14 @@ class MemoryStore:
         table = self._summaries
         return {key: text for key in keys if (text := table.get((tenant, session_id, key)))}
 
+    async def swap_tail(self, tenant: str, session_id: str, tail: str) -> str | None:
+        # Beside the summaries (a text per session with their TTL and byte bound), under a
+        # name no summary key takes (those are digests).
+        key = (tenant, session_id, "tail")
+        old = self._summaries.get(key)
+        await self.put_summary(tenant, session_id, "tail", tail)
+        return old
+
     async def find_prepared(
         self, tenant: str, session_id: str, hashes: Sequence[str], keys: Sequence[str]
     ) -> tuple[Checkpoint | None, dict[str, str]]:

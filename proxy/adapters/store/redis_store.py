@@ -1115,6 +1115,15 @@ class RedisStore:
             key: str(value) for key, value in zip(keys, values, strict=True) if value is not None
         }
 
+    async def swap_tail(self, tenant: str, session_id: str, tail: str) -> str | None:
+        name = f"{_tag(tenant, session_id)}:tail"
+        async with self._call() as call:
+            # SET ... GET (Redis 6.2): the old value back and the new one set, atomically.
+            old = await call.on(
+                name, lambda: self._client.set(name, tail, px=self._ttl_ms, get=True)
+            )
+        return None if old is None else str(old)
+
     async def find_prepared(
         self, tenant: str, session_id: str, hashes: Sequence[str], keys: Sequence[str]
     ) -> tuple[Checkpoint | None, dict[str, str]]:
