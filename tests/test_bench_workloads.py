@@ -9,9 +9,12 @@ import itertools
 import pytest
 
 from bench.cases.matrix import fixed_share
+from bench.cases.matrix_clients import cell_budget
 from bench.workloads import BUILDERS, FACTS, Plan
 from bench.workloads.clients import AIDER_FILES, FILES_HEADER, LONG_ROUNDS
 from proxy.adapters.tokenizer import Encoders, load_encoders
+from proxy.core.policy import ContextPolicy
+from proxy.core.room import in_room
 from proxy.core.statements import LEDGER_HEADING
 from proxy.core.tokens import O200K_BASE, TokenCounter
 
@@ -100,6 +103,12 @@ def test_the_fixed_heavy_agent_with_pastes_has_its_head_and_pastes(counter: Toke
         {"messages": [{"role": "system", "content": built.system}], "tools": list(built.tools)}
     )
     assert len(built.tools) == 8
-    assert 5_500 <= head <= 7_000
+    assert 4_400 <= head <= 5_000  # 4k of instructions, the rest the tools
     assert all(2_400 <= counter.text(paste) <= 2_700 for paste in built.pastes)
     assert all(len(turn.tool_tokens) == 2 for turn in built.turns)
+    # One compaction a turn can do (3 requests per compaction): the head and a whole turn
+    # (its ask with the paste, both results) stay under the trigger.
+    budget = cell_budget(16_384)
+    trigger = in_room(ContextPolicy().compression_trigger, budget.pressure(head))
+    turn = max(counter.text(t.text) + sum(t.tool_tokens) for t in built.turns)
+    assert budget.pressure(head + turn) < trigger

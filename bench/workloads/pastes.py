@@ -4,10 +4,13 @@
   user turn pastes about 600 tokens of a worker's log, unique to the turn, beside at most one
   planted statement (the ten facts, one a turn). The log is data: none of its lines may
   reach the ledger, and no paste may push a later statement out of it.
-- `fixed-heavy-pastes`: a head of 4k tokens of instructions and eight tool schemas on a 16k
-  window, user turns pasting 2.5k tokens of log, two results of about 800 tokens a turn:
-  the fidelity issue's targets (at least 3 requests per compaction, summaries read from the
-  provider's cache) missed on this shape.
+- `fixed-heavy-pastes`: 4k tokens of instructions and eight more tools (short schemas, about
+  600 tokens together) on a 16k window, user turns pasting 2.5k tokens of log, two results
+  of about 800 tokens a turn: the fidelity issue's targets (at least 3 requests per
+  compaction, summaries read from the provider's cache) missed on this shape. The head
+  (0.43 of the usable input) and a whole running turn fit under the trigger, so one
+  compaction a turn (3 requests) is possible: at the turn's first request, landing at the
+  target with the head and the ask (its paste included) left, then room for both results.
 
 A log line carries a timestamp, a worker, a queue and numbers, so that the proxy's
 extraction of specifics (identifiers, numbers) finds something in every line: the shape
@@ -19,9 +22,8 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
-from bench.workloads.agents import codex_tools
 from bench.workloads.filler import (
     TOOLS,
     agent_script,
@@ -113,11 +115,29 @@ _EXTRA_TOOLS: Final = (
 )  # fmt: skip
 
 
+def _extra_tools(rng: random.Random, counter: TokenCounter) -> tuple[dict[str, Any], ...]:
+    """`_EXTRA_TOOLS` as short schemas (about 75 tokens each): a sentence or two of
+    description, two described parameters."""
+    tools = []
+    for name in _EXTRA_TOOLS:
+        properties = {
+            field: {"type": "string", "description": prose(rng, 8, counter)}
+            for field in ("target", "mode")
+        }
+        function = {
+            "name": name,
+            "description": prose(rng, 35, counter),
+            "parameters": {"type": "object", "properties": properties, "required": ["target"]},
+        }
+        tools.append({"type": "function", "function": function})
+    return tuple(tools)
+
+
 def fixed_heavy_pastes(plan: Plan, counter: TokenCounter) -> Workload:
-    """4k tokens of instructions and eight tool schemas, then turns of a short ask with a
-    2.5k-token log pasted, two results of about 800 tokens and a short answer."""
+    """4k tokens of instructions and eight short tool schemas, then turns of a short ask with
+    a 2.5k-token log pasted, two results of about 800 tokens and a short answer."""
     draft = new_draft(plan, counter, seed=1_010)
-    tools = codex_tools(draft.rng, counter, _EXTRA_TOOLS)
+    tools = _extra_tools(draft.rng, counter)
     system = "You are a coding agent running in the user's terminal. " + prose(
         draft.rng, INSTRUCTION_TOKENS, counter
     )
