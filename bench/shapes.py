@@ -177,16 +177,23 @@ def calls_named(
     located: Sequence[Located],
     calls: Sequence[Sequence[str]],
     call_args: Mapping[str, tuple[str, str]],
+    condensed_at: Mapping[str, int] | None = None,
 ) -> Tally:
     """Requests whose block names every round of the running turn the request carried no
-    more (its call gone from the messages)."""
+    more (its call gone from the messages); a round the client's own compaction took out
+    (`condensed_at`: the index of the first request without it) is the client's to name."""
     counting = Counting()
+    gone = condensed_at or {}
     for number, (messages, at) in enumerate(zip(requests, located, strict=True), start=1):
         if at is None:
             continue
         turn, sent = at
         present = {str(call.get("id")) for m in messages for call in tool_calls(m)}
-        folded = [call for call in calls[turn][:sent] if call not in present]
+        folded = [
+            call
+            for call in calls[turn][:sent]
+            if call not in present and gone.get(call, number) >= number
+        ]
         note = block(messages)
         missing = [call for call in folded if not _named(note, *call_args[call])]
         detail = ""

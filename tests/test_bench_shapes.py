@@ -95,6 +95,11 @@ def test_a_folded_round_must_be_named_by_its_tool_and_arguments() -> None:
     tally = shapes.calls_named([named, unnamed], [(0, 2), (0, 2)], [["c1", "c2"]], args)
     assert (tally.held, tally.judged) == (1, 2)
     assert "1 of 1 folded rounds not named, e.g. read" in tally.details[0]
+    # A round the client's own compaction took out before the request is the client's to name.
+    theirs = shapes.calls_named(
+        [named, unnamed], [(0, 2), (0, 2)], [["c1", "c2"]], args, condensed_at={"c1": 1}
+    )
+    assert (theirs.held, theirs.judged) == (2, 2)
 
 
 def test_every_earlier_sentence_must_be_somewhere_in_the_request() -> None:

@@ -152,6 +152,9 @@ class MatrixClient:
     """How many requests had been forwarded when the client compacted, each time."""
     condensed: set[str] = field(default_factory=set)
     """The tool calls the client's own compactions took out of its history."""
+    condensed_at: dict[str, int] = field(default_factory=dict)
+    """...each with the number of requests forwarded before the compaction that took it:
+    the requests from that one on no longer carry it, whatever the proxy does."""
     ask_at: int = 0
     """Where the running turn's user message is in the history (its working set goes in
     front of it)."""
@@ -536,11 +539,14 @@ class CompactingResponsesClient(ResponsesClient):
         )
         output: list[Any] = json.loads(raw.content)["output"]
         kept = {json.dumps(item, sort_keys=True) for item in output}
-        self.condensed |= {
+        condensed = {
             item["call_id"]
             for item in self.history
             if item.get("type") == "function_call" and json.dumps(item, sort_keys=True) not in kept
         }
+        self.condensed |= condensed
+        for call in condensed:
+            self.condensed_at.setdefault(call, len(self.forwarded()))
         self.history = output
         # The running turn's user message is in the output now: an abandoned turn drops
         # only what it added since, and its working set goes before that message.

@@ -35,8 +35,9 @@ def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
         return
     requests = [client.messages(body) for body in bodies]
     texts = [turn.text for turn in workload.turns]
-    sent = [[call for call in ids if call not in client.condensed] for ids in client.calls]
-    located = forwarded.locate(requests, texts, sent)
+    # Located by every call the client made: a call its own compaction took out later was
+    # still sent before that (`condensed_at` says from which request on it is not).
+    located = forwarded.locate(requests, texts, client.calls)
     cell.running_verbatim = shapes.running_verbatim(requests, located, texts)
     cell.unit_share = unit_share(workload, cell.window, client.counter)
     if any(turn.working_set for turn in workload.turns):
@@ -57,7 +58,9 @@ def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
 
         cell.newest_whole = shapes.newest_whole(requests, client.outputs, pressure, cell.target)
     if workload.name_calls:
-        cell.calls_named = shapes.calls_named(requests, located, sent, client.call_args)
+        cell.calls_named = shapes.calls_named(
+            requests, located, client.calls, client.call_args, client.condensed_at
+        )
     if any(turn.sentences for turn in workload.turns):
         said = [turn.sentences for turn in workload.turns]
         cell.earlier_said = shapes.earlier_said(requests, located, said)
