@@ -697,12 +697,27 @@ class _Work:
         recent = found.recent
         while recent < len(self.messages) - 1 and self._note_unit_at(recent):
             recent += 1
-        # The client's working set is no history: its latest copy stays in the window.
-        working = self.working_at()
-        if working is not None and working >= found.head:
-            start = next((u.start for u in self.units if u.start <= working < u.stop), working)
-            recent = min(recent, start)
+        # The client's working set is no history: its latest copy stays in the window. So
+        # does the paste the running ask follows with only a reply between (what it is about,
+        # as the tool exchange an ask follows is): on a client's first request, nothing yet
+        # tells a working set (aider's files, then "Ok.") from a paste.
+        for kept in (self.working_at(), self._asked_paste(found)):
+            if kept is not None and kept >= found.head:
+                start = next((u.start for u in self.units if u.start <= kept < u.stop), kept)
+                recent = min(recent, start)
         return replace(found, recent=recent)
+
+    def _asked_paste(self, found: Pins) -> int | None:
+        """The user message two before the running one, when it pasted something and a reply
+        with no tool call stands between them."""
+        running = found.running
+        if running is None or running < 2 or self.situation.whole:
+            return None
+        reply, pasted = self.messages[running - 1], self.messages[running - 2]
+        if role(reply) != "assistant" or reply.get("tool_calls") or role(pasted) != "user":
+            return None
+        said = self.mentions.statements(pasted, False)
+        return running - 2 if any(s.rank == ledger.PASTE for s in said) else None
 
     def working_at(self) -> int | None:
         """Where the latest copy of the client's working set stands, if the request has one."""

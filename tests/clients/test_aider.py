@@ -181,13 +181,6 @@ def played(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return result
 
 
-_FILES_CUT: Final = (
-    "issue 38: at 16k the proxy cuts aider's files message (every file to a paste marker and "
-    "at most its first lines) on each turn it compacts, though the request (about 10k tokens) "
-    "fits the 12k of usable input; the turn after (cooldown) forwards it whole"
-)
-
-
 @pytest.mark.parametrize("played", [WIDE, NARROW], indirect=True)
 def test_aider_edits_its_files_every_turn_through_the_proxy(played: Played) -> None:
     requests, upstream = played.requests, played.upstream
@@ -213,9 +206,7 @@ def test_aider_ask_is_forwarded_in_place(played: Played) -> None:
     assert misplaced == [], played.table()
 
 
-@pytest.mark.parametrize(
-    "played", [WIDE, pytest.param(NARROW, marks=optional.known_failure(_FILES_CUT))], indirect=True
-)
+@pytest.mark.parametrize("played", [WIDE, NARROW], indirect=True)
 def test_aider_files_are_forwarded_whole_in_every_request_that_holds_them(
     played: Played,
 ) -> None:

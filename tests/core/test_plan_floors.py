@@ -41,6 +41,8 @@ class Case:
     shape: str
     messages: list[Message]
     situation: Situation
+    working: frozenset[bytes] = frozenset()
+    """The client's working set (whether or not the situation could tell it)."""
 
 
 @st.composite
@@ -57,8 +59,10 @@ def case(draw: st.DrawFn) -> Case:
     budget = request_budget(window, {}, output_reserved=reserve, margin_share=0.03)
     body = shape.body(budget.tokens_at(1.0))
     force, working = draw(st.booleans()), shape.working(messages)
-    situation = Situation(messages, body, policy, budget, force=force, working=working)
-    return Case(shape.name, messages, situation)
+    # A client's first request: nothing before it tells its working set apart.
+    told = working if draw(st.booleans()) else frozenset()
+    situation = Situation(messages, body, policy, budget, force=force, working=told)
+    return Case(shape.name, messages, situation, working)
 
 
 def running_ask(messages: list[Message]) -> Message | None:
@@ -149,7 +153,7 @@ def test_the_ledger_is_the_user_s_words_in_first_said_order_after_an_overflow(ca
 
 
 def check_the_working_set(case: Case, result: Compacted) -> None:
-    working = [m for m in case.messages if digest(m) in case.situation.working]
+    working = [m for m in case.messages if digest(m) in case.working]
     if not working:
         return
     latest = working[-1]
