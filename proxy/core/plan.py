@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from proxy.core import artifacts, pastes, recall
+from proxy.core import artifacts, pastes, recall, turn_calls
 from proxy.core import statements as ledger
 from proxy.core.budget import Budget
 from proxy.core.digests import digest
@@ -1276,6 +1276,8 @@ class _Eviction:
     """The artifact trail of the earlier notes."""
     task_first: bool = False
     """Whether the task (in the span) was said before what the earlier notes carry."""
+    calls: tuple[str, ...] = ()
+    """The calls of the running turn an earlier note listed (`proxy.core.turn_calls`)."""
 
     @property
     def condensed(self) -> int:
@@ -1346,6 +1348,7 @@ class _Eviction:
             represented,
             carried,
             task_first=before,
+            calls=_running_calls(work),
         )
         # Only notes of earlier compactions to evict: nothing new to gain, and replacing a note
         # with a note would change the prefix for nothing.
@@ -1412,6 +1415,17 @@ class _Eviction:
         current = {s.text for s in ledger.merged(self.statements(), later)}
         return [s.text for s in said if s.text not in current]
 
+    def turn_calls(self) -> list[str]:
+        """The calls of the running turn the new note lists: those an earlier note of the
+        turn listed, then the span's, when the span is the turn's own rounds (none when it is
+        older: what was done in an earlier turn is the summary's and the trail's)."""
+        work = self.work
+        running = work.pins.running
+        if running is None or self.start <= running:
+            return []
+        made = turn_calls.call_lines(self.evicted, lambda result: work.recall_of([result]))
+        return [*self.calls, *(line for line in made if line not in self.calls)]
+
     def trail(self) -> list[str]:
         """The new note's artifact trail: what the span mentioned, then the earlier one."""
         return self.work.trail_of(self.evicted, self.carried, self.work.trail_budget)
@@ -1425,7 +1439,8 @@ class _Eviction:
     ) -> None:
         """Replace the span with `note`, the ledger (`kept`, or this span's own) and the
         artifact trail (`trail`, or this span's own)."""
-        noted = artifacts.with_trail(note, self.trail() if trail is None else trail)
+        listed = turn_calls.with_calls(note, self.turn_calls())
+        noted = artifacts.with_trail(listed, self.trail() if trail is None else trail)
         block = ledger.with_ledger(noted, self.ledger() if kept is None else kept)
         work = self.work
         work.notes.add(note_digest(block))
@@ -1456,6 +1471,24 @@ class _Eviction:
                 work.dropped += self.evicted
                 named = recall.ids_in(note)
                 work.dropped_recall = named[0] if named else None
+
+
+def _running_calls(work: _Work) -> tuple[str, ...]:
+    """The calls an earlier note of the running turn listed: one standing right before the
+    turn's user message, or opening it."""
+    running = work.pins.running
+    if running is None:
+        return ()
+    for index in (running, running - 1):
+        message = work.messages[index]
+        standalone = work.note_of(message)
+        for note in [standalone] if standalone is not None else work.detach_notes(message)[1]:
+            rest, _ = ledger.without_ledger(note)
+            rest, _ = artifacts.without_trail(rest)
+            _, calls = turn_calls.without_calls(rest)
+            if calls:
+                return tuple(calls)
+    return ()
 
 
 def _enough(work: _Work, messages: list[Message], sizes: list[int], note_tokens: int) -> int:
@@ -1498,6 +1531,7 @@ def _detached(
     for note in found:
         previous, statements = ledger.without_ledger(note)
         previous, trail = artifacts.without_trail(previous)
+        previous, _ = turn_calls.without_calls(previous)  # carried apart (`_running_calls`)
         earlier = ledger.merged(earlier, statements)
         carried = artifacts.merged(trail, carried)
     represented = sum(stands_for(note) for note in found)

@@ -7,6 +7,8 @@ does, whatever the window, the strategy, the summary or the landing.
 - The client's working set (aider's files message, re-sent on every request) is forwarded
   whole, in place, whenever the request can hold it whole: cut only when, put back whole, the
   request would not fit the usable input.
+- Every call the running turn made is forwarded, or listed in the block (its name, its
+  arguments, the id that recalls its result), unless the block had to be shortened.
 - The block's ledger is the user's words, in the order first said: no line of a paste is a
   statement of it (a paste is named in one line, with its recall id).
 
@@ -22,11 +24,11 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core import pastes
+from proxy.core import artifacts, pastes, turn_calls
 from proxy.core import statements as ledger
 from proxy.core.budget import request_budget
 from proxy.core.digests import digest
-from proxy.core.messages import Message, role, text
+from proxy.core.messages import Message, role, text, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, plan_compaction, plan_emergency
 from proxy.core.policy import STRATEGIES, ContextPolicy
 from proxy.core.statements import Statement
@@ -178,3 +180,31 @@ def test_the_working_set_is_forwarded_whole_while_it_fits(case: Case, how: str) 
     result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
     if isinstance(result, Compacted):
         check_the_working_set(case, result)
+
+
+def check_the_turn_calls(case: Case, result: Compacted) -> None:
+    ask = running_ask(case.messages)
+    if ask is None:
+        return
+    start = max(i for i, m in enumerate(case.messages) if m is ask)
+    made = [c for m in case.messages[start:] for c in tool_calls(m)]
+    kept = {c.get("id") for m in result.messages for c in tool_calls(m)}
+    folded = [c for c in made if c.get("id") not in kept]
+    if not folded or "fit_block" in result.steps:
+        return  # nothing folded, or a block shortened to the room left (its calls too)
+    ours = [note for note in notes_in(result.messages) if note_digest(note) in result.notes]
+    rest, _ = ledger.without_ledger(ours[-1])
+    _, listed = turn_calls.without_calls(artifacts.without_trail(rest)[0])
+    for call in folded:
+        function = call["function"]
+        assert any(line.startswith(f"{function['name']}(") for line in listed), listed
+    assert len(listed) >= len(folded)
+
+
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@given(case(), SUMMARIES)
+def test_every_call_of_the_running_turn_is_forwarded_or_listed(case: Case, how: str) -> None:
+    plan = plan_compaction(case.situation, COUNTER)
+    result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
+    if isinstance(result, Compacted):
+        check_the_turn_calls(case, result)

@@ -8,19 +8,26 @@ previous request is the start of the next) has none, whatever its messages say.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.budget import request_budget
 from proxy.core.digests import digest
 from proxy.core.messages import Message
+from proxy.core.plan import Compacted, Situation, plan_compaction
+from proxy.core.policy import ContextPolicy
 from proxy.core.session import chain_hashes
+from proxy.core.summary import detach_notes
 from proxy.core.working_set import MIN_CHARS, Seen, seen, working_set
-from tests.builders import assistant, user
+from tests.builders import assistant, system, user
 from tests.core.client_shapes import FILES_OPENING
+from tests.core.words import COUNTER
 
 
-def files(version: int) -> Message:
-    body = "\n".join(f"line {n} of src/app.py, version {version}" for n in range(120))
+def files(version: int, lines: int = 120) -> Message:
+    body = "\n".join(f"line {n} of src/app.py, version {version}" for n in range(lines))
     return user(
         f"{FILES_OPENING} so you can go ahead and edit them.\n\nsrc/app.py\n```\n{body}\n```"
     )
@@ -91,3 +98,30 @@ def test_a_client_that_only_appends_has_no_working_set(
 ) -> None:
     # Large pastes said again later are history like any other message.
     assert found(before, [*before, *after]) == frozenset()
+
+
+def test_the_plan_keeps_the_latest_copy_whole_and_lets_the_history_go() -> None:
+    # The files, then a turn after them (the ask follows that turn, not the files), larger
+    # than the room the target leaves the recent window: told apart, they stay whole; taken
+    # for history, they are what goes.
+    history = [m for n in range(6) for m in (user(f"Ask {n}. " + "more " * 300), assistant("Did."))]
+    working = files(3, lines=300)
+    messages = [
+        system("Act as an expert software developer."),
+        *history,
+        working,
+        assistant("Ok."),
+        user("Ask 6."),
+        assistant("Did 6."),
+        user("Ask 7."),
+    ]
+    budget = request_budget(5000, {}, output_reserved=500, margin_share=0.03)
+    policy = ContextPolicy(strategy="truncate")
+    told = Situation(messages, {}, policy, budget, working=frozenset({digest(working)}))
+    kept = plan_compaction(told, COUNTER)
+    assert isinstance(kept, Compacted)
+    assert working in [detach_notes(m)[0] for m in kept.messages]
+    assert kept.tokens_after < kept.tokens_before  # the history went
+    untold = plan_compaction(replace(told, working=frozenset()), COUNTER)
+    assert isinstance(untold, Compacted)
+    assert working not in [detach_notes(m)[0] for m in untold.messages]
