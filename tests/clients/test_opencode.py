@@ -217,10 +217,6 @@ _NARROW_FAILS: Final = (
     "issue 38: at the narrow window, once the proxy folds the turn's rounds (truncate, "
     "summarize) it merges the running user message into the block's user message"
 )
-_NARROW_UNNAMED: Final = (
-    "issue 38: at the narrow window the block names the files the folded rounds mentioned, "
-    "not the calls (name and arguments) the turn made"
-)
 
 
 @pytest.mark.parametrize("played", [WIDE, NARROW], indirect=True)
@@ -261,7 +257,7 @@ def test_the_running_user_message_is_forwarded_in_place(played: Played) -> None:
 
 @pytest.mark.parametrize(
     "played",
-    [WIDE, pytest.param(NARROW, marks=optional.known_failure(_NARROW_UNNAMED))],
+    [WIDE, NARROW],
     indirect=True,
 )
 def test_every_call_of_the_turn_is_forwarded_or_named_in_the_block(played: Played) -> None:
