@@ -14,8 +14,9 @@ on the same cases. `make bench` runs it; `make bench-quick` a smaller run.
 3. The effectiveness matrix: windows x workloads x summarizers x APIs (chat completions, the
    Responses API and Anthropic's Messages API), each cell a scripted session through a proxy
    on its default settings (`bench/cases/matrix.py`, `bench/cases/matrix_clients.py`,
-   `bench/workloads.py`), what its forwarded requests show judged by `bench/forwarded.py`
-   and, for the recall workload, `bench/recall.py`; `--workload` and `--api` run only some.
+   `bench/workloads/`), what its forwarded requests show judged by `bench/forwarded.py`,
+   for the recall workload `bench/recall.py`, for issue 38's client shapes
+   `bench/shapes.py`; `--workload` and `--api` run only some.
 4. The store under load: concurrent streams, each its own conversation, through the proxy on
    a private redis-server; its store errors and what Redis kept (`bench/cases/store_load.py`).
    Then agents whose histories grow as real agents' do, one and eight at once, through one

@@ -1,6 +1,6 @@
 """The effectiveness matrix: windows x workloads x summarizers, through the proxy's defaults.
 
-Each cell is one scripted session (`bench/workloads.py`) driven by the OpenAI SDK through a
+Each cell is one scripted session (`bench/workloads/`) driven by the OpenAI SDK through a
 `compaction-proxy serve` process of its own, in front of a `proxy.mock_upstream` that plays
 a strict provider: its window is the cell's (reported at `/v1/models`, so the proxy detects
 it; the proxy's configuration sets nothing under `context:`, so the matrix measures the
