@@ -200,19 +200,16 @@ FIXED_HEAD_TOKENS: Final = 7_500
 """The fixed-heavy agent's instructions and tools (ours; the provider counts 8,250): 70 % of
 a 16k window's usable input, as Codex's are."""
 _FIXED_ROUNDS: Final = 14
-CODEX_TOOLS: Final = (
+_CODEX_TOOLS: Final = (
     "shell", "apply_patch", "read_file", "run_tests", "grep", "list_dir", "update_plan",
     "view_image", "web_search", "write_file",
 )  # fmt: skip
 
 
-def codex_tools(
-    rng: random.Random, counter: TokenCounter, names: tuple[str, ...] = CODEX_TOOLS
-) -> tuple[dict[str, Any], ...]:
-    """A tool schema per name (ten: about 2k tokens), with long descriptions and described
-    parameters."""
+def _codex_tools(rng: random.Random, counter: TokenCounter) -> tuple[dict[str, Any], ...]:
+    """Ten tool schemas with long descriptions and described parameters, about 2k tokens."""
     tools = []
-    for name in names:
+    for name in _CODEX_TOOLS:
         properties = {
             field: {"type": "string", "description": prose(rng, 25, counter)}
             for field in ("target", "mode", "reason")
@@ -230,7 +227,7 @@ def fixed_heavy(plan: Plan, counter: TokenCounter) -> Workload:
     """A Codex-sized head (`FIXED_HEAD_TOKENS`), then user turns of about 7k tokens: a pasted
     file chunk of ~1,000 tokens, 14 tool rounds of 250-600 tokens, a short answer."""
     draft = new_draft(plan, counter, seed=707)
-    tools = codex_tools(draft.rng, counter)
+    tools = _codex_tools(draft.rng, counter)
     head = FIXED_HEAD_TOKENS - counter.tools({"tools": list(tools)})
     system = "You are a coding agent running in the user's terminal. " + prose(
         draft.rng, head, counter
