@@ -39,7 +39,8 @@ reductions follows, each only while it is still above: clear old tool results, t
 everything before the recent window, let the pinned task go (its words go to the ledger), cut
 the recent window's tool results to head and tail (the oldest first), shorten the block to the
 room left (its summary's last lines, then its trail's and its ledger's lowest-ranked entries;
-only when that reaches the target), let the running turn's oldest rounds go. Last, and only
+only when that reaches the target), let the running turn's oldest rounds go (only when its
+cut rounds do not fit the usable input: they are what must stay). Last, and only
 to fit the usable input, never just to reach the target, the text of the newest messages is
 cut, never the running turn's user message.
 
@@ -1016,9 +1017,12 @@ def _evict_everything(work: _Work) -> bool:
 
 
 def _release_running(work: _Work) -> None:
-    """With nothing older left to go and its results cut, a running turn still over the target
-    is windowed like the rest: its oldest rounds go (its user's words to the ledger)."""
-    if work.pins.running is None:
+    """With nothing older left to go and its results cut, a running turn still over the usable
+    input is windowed like the rest: its oldest rounds go (its user's words to the ledger, its
+    calls to the block's list). Over the target alone, it is what must stay: forwarded with its
+    rounds cut, above the target, every call still in place (a folded round an agent cannot
+    read back is a round it runs again)."""
+    if work.pins.running is None or work.total() <= work.allowances.limit:
         return
     work.keep_running = False
     work.regroup()

@@ -21,7 +21,7 @@ hands it to `working_set` on the next.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -79,15 +79,20 @@ def opening(message: Message) -> str | None:
     body = text(message)
     if len(body) < MIN_CHARS:
         return None
-    return body.lstrip().split("\n", 1)[0][:_OPENING_CHARS]
+    # From its start only: a message can be megabytes, and this runs on every request.
+    return body[: 4 * _OPENING_CHARS].lstrip().split("\n", 1)[0][:_OPENING_CHARS]
 
 
 def working_set(
-    previous: Seen | None, body: Sequence[Message], hashes: Sequence[str]
+    previous: Seen | None,
+    body: Sequence[Message],
+    hashes: Sequence[str],
+    digest_of: Callable[[Message], bytes] = digest,
 ) -> frozenset[bytes]:
     """The digests of the messages of `body` (chain hashes `hashes`) that are the client's
     working set, given what was `previous`ly seen: large user messages the previous request
-    had outside the start both share, sent again (or in a newer version) after it."""
+    had outside the start both share, sent again (or in a newer version) after it.
+    `digest_of`: the request's digests (`Digests.of`), each message hashed once."""
     if previous is None or not previous.tail:
         return frozenset()
     shared = _shared(previous, hashes)
@@ -96,7 +101,7 @@ def working_set(
     moved = {opened for at, _, opened in previous.tail if at >= shared and opened is not None}
     if not moved:
         return frozenset()
-    return frozenset(digest(message) for message in body[shared:] if opening(message) in moved)
+    return frozenset(digest_of(m) for m in body[shared:] if opening(m) in moved)
 
 
 def _shared(previous: Seen, hashes: Sequence[str]) -> int:

@@ -297,7 +297,7 @@ class Turns:
         counter = self.counter(model).for_request(digests)
         await count_off_loop(counter, request)
         state, checkpoint = await self._opened(tenant, session, model, hashes, count=count)
-        working = await self._working(tenant, session, body, hashes)
+        working = await self._working(tenant, session, body, hashes, digests)
         window = await self.window(model, credentials, tenant)
         learned = await self._memory.calibration(tenant, model)
         budget = request_budget(
@@ -328,7 +328,12 @@ class Turns:
         )
 
     async def _working(
-        self, tenant: str, session: str | None, body: list[Message], hashes: list[str]
+        self,
+        tenant: str,
+        session: str | None,
+        body: list[Message],
+        hashes: list[str],
+        digests: Digests,
     ) -> frozenset[bytes]:
         """The client's working set in `body`, told from what the session's previous request
         ended with; this request's end remembered for the next. Only a request whose end
@@ -337,7 +342,8 @@ class Turns:
         if session is None or not now.holds_large():
             return frozenset()
         stored = await self._memory.swap_tail(tenant, session, json.dumps(now.to_json()))
-        return working_set.working_set(working_set.Seen.parsed(stored), body, hashes)
+        previous = working_set.Seen.parsed(stored)
+        return working_set.working_set(previous, body, hashes, digests.of)
 
     async def _opened(
         self,

@@ -141,6 +141,25 @@ def test_a_running_turn_still_too_big_after_its_results_are_cut_is_windowed_like
     assert result.messages[-2:] == messages[-2:]  # the newest round, whole
 
 
+def test_a_running_turn_that_fits_once_its_results_are_cut_keeps_every_round() -> None:
+    # Over the target but within the usable input once cut: the turn's rounds are what must
+    # stay, so every call is forwarded (folded, an agent that cannot read them back runs them
+    # again) and the request lands above the target.
+    finished = agent_turns(2, rounds=1, size=60)
+    running = [user("now the long step")]
+    for n in range(12):
+        running += [assistant_calls(f"l{n}"), tool_result(f"l{n}", words(130, f"long{n}"))]
+    messages = [*finished, *running]
+    asked = situation(messages, window=2000)
+    result = run(plan_compaction(asked, COUNTER))
+    assert "release_running" not in result.steps
+    assert result.tokens_after > target_of(asked)
+    assert result.fits
+    calls = [m for m in result.messages if m.get("tool_calls")]
+    assert len(calls) == 12
+    assert result.messages[-2:] == messages[-2:]  # the newest round, whole
+
+
 class Overshooting:
     """Our counter, but every cut message counts 10 tokens more than its size: each cut
     lands over the size asked for, however often it is made again smaller."""
