@@ -65,8 +65,9 @@ class LocalCluster:
 
     def start(self) -> None:
         count = self._masters * (1 + self._replicas)
-        self.nodes = [self._spawn(free_port(), free_port()) for _ in range(count)]
-        _until(lambda: all(_answers(node) for node in self.nodes), "redis-server")
+        self.nodes = []
+        for _ in range(count):
+            self.nodes.append(self._started())
         masters = self.nodes[: self._masters]
         step = SLOTS // self._masters
         for index, node in enumerate(masters):
@@ -83,6 +84,24 @@ class LocalCluster:
                 client.execute_command("CLUSTER REPLICATE", ids[index % self._masters])
         _until(self._healthy, "the cluster")
 
+    def _started(self) -> Node:
+        """A node that answers. A port free a moment ago can be taken by then (the suite's
+        own client sockets draw from the same range): a node that exits is started again on
+        other ports, and the error says why the last one exited."""
+        for _ in range(5):
+            node = self._spawn(free_port(), free_port())
+            deadline = time.monotonic() + 20
+            while node.process is not None and node.process.poll() is None:
+                if _answers(node):
+                    return node
+                if time.monotonic() > deadline:
+                    self.kill(node)
+                    break
+                time.sleep(0.05)
+        log = self._folder / f"node-{node.port}.log"
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+        raise RuntimeError(f"redis-server did not come up on :{node.port}:\n{tail}")
+
     def _spawn(self, port: int, bus: int) -> Node:
         command = [
             self._binary, "--bind", "127.0.0.1", "--port", str(port),
@@ -91,6 +110,7 @@ class LocalCluster:
             "--cluster-node-timeout", str(self._node_timeout_ms),
             "--cluster-require-full-coverage", "no",
             "--save", "", "--appendonly", "no", "--dir", str(self._folder),
+            "--logfile", f"node-{port}.log",
         ]  # fmt: skip
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         return Node(port, bus, process)

@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from proxy.adapters.store import WHOLE, StoreUnavailableError
 from proxy.adapters.store.nodes import Call, Nodes
+from proxy.adapters.store.watch import LoopClock
 
 N1, N2 = "10.0.0.1:6379", "10.0.0.2:6379"
 
@@ -30,8 +31,11 @@ async def refuse() -> str:
     raise RedisConnectionError("Connection refused")
 
 
+CLOCK = LoopClock(2.0)
+
+
 def call_on(nodes: Nodes) -> Call:
-    return Call(nodes, began=asyncio.get_running_loop().time())
+    return Call(nodes, CLOCK, began=asyncio.get_running_loop().time())
 
 
 async def test_a_single_redis_is_one_place(nodes: Nodes) -> None:
@@ -97,7 +101,7 @@ async def test_a_fenced_node_refuses_at_once_unless_probed(nodes: Nodes) -> None
 
 async def test_a_node_that_timed_out_since_a_call_began_refuses_it_at_once(nodes: Nodes) -> None:
     loop = asyncio.get_running_loop()
-    earlier, later = Call(nodes, began=loop.time() - 1), call_on(nodes)
+    earlier, later = Call(nodes, CLOCK, began=loop.time() - 1), call_on(nodes)
     nodes.timed_out({N1}, loop.time() - 0.5)
     with pytest.raises(StoreUnavailableError, match="timed out on another call") as caught:
         await earlier.at(N1, answer)
@@ -106,9 +110,8 @@ async def test_a_node_that_timed_out_since_a_call_began_refuses_it_at_once(nodes
 
 
 async def test_a_call_waits_on_the_silence_of_the_nodes_it_waits_on(nodes: Nodes) -> None:
-    loop = asyncio.get_running_loop()
     call = call_on(nodes)
-    assert call.heard() == pytest.approx(loop.time(), abs=0.05)  # waiting on none
+    assert call.heard() == pytest.approx(CLOCK.now(), abs=0.05)  # waiting on none
     await call.at(N2, answer)
     gate = asyncio.Event()
 

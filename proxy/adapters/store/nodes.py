@@ -47,6 +47,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from proxy.adapters.store.contract import WHOLE, StoreUnavailableError
+from proxy.adapters.store.watch import LoopClock
 
 RedisClient = Redis | RedisCluster
 
@@ -200,9 +201,11 @@ class Nodes:
 class Call:
     """One call to the store: the places it waits on now, and those that failed it."""
 
-    def __init__(self, nodes: Nodes, *, began: float) -> None:
+    def __init__(self, nodes: Nodes, clock: LoopClock, *, began: float) -> None:
+        """`began`: the loop's time (as `Nodes.timed_out` is told); `clock` tells when a
+        place answered, in the time the proxy could hear it (`watch.py`)."""
         self._nodes = nodes
-        self._loop = asyncio.get_running_loop()
+        self._clock = clock
         self._began = began
         self._waiting: dict[str, int] = {}
         self.failed: set[str] = set()
@@ -217,7 +220,7 @@ class Call:
         (now, when the call waits on no place: its time is the proxy's, not Redis's)."""
         waiting = [node for node, legs in self._waiting.items() if legs]
         if not waiting:
-            return self._loop.time()
+            return self._clock.now()
         return min(self._nodes.last_answered(node) for node in waiting)
 
     async def on(self, key: str, make: Callable[[], Awaitable[_T]]) -> _T:
@@ -248,7 +251,7 @@ class Call:
             raise
         finally:
             self._waiting[node] -= 1
-        self._nodes.answered(node, self._loop.time())
+        self._nodes.answered(node, self._clock.now())
         return value
 
     def _check(self, node: str) -> None:

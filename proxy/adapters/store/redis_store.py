@@ -100,6 +100,7 @@ from proxy.adapters.store.contract import (
     content_hashes,
 )
 from proxy.adapters.store.nodes import Call, Nodes, Op, RedisClient
+from proxy.adapters.store.watch import PATIENCE, LoopClock, Watch
 from proxy.core import jsoncodec
 from proxy.core.messages import Message
 from proxy.core.session import (
@@ -376,9 +377,6 @@ _SCRIPTS = (
     _RELEASE,
 )
 _ALL_SESSIONS = "cp:sessions"
-# A call waits past `timeout_s` only while Redis answers other calls (the proxy is busy, not
-# Redis), and never past this many times `timeout_s`.
-PATIENCE = 5
 # The archive moves the expiry of the bodies it already stored at most once per this share
 # of the TTL: they outlive their session's last request by at least nine tenths of it.
 _REFRESH_SHARE = 0.1
@@ -562,12 +560,13 @@ class RedisStore:
         max_connections: int = 256,
     ) -> None:
         """`client` must decode responses; `sentinel` (if any) is closed with the store.
-        A call ends after `timeout_s` of silence from Redis (see `_Watch`); `max_connections`
+        A call ends after `timeout_s` of silence from Redis (see `watch.py`); `max_connections`
         calls run at once, the others wait for their turn."""
         self._client = client
         self._nodes = Nodes(client)
         self._sentinel = sentinel
         self._timeout_s = timeout_s
+        self._clock = LoopClock(timeout_s)
         # Backpressure in every mode: the client's pool never has to refuse a connection
         # (redis-py's non-blocking pools raise "Too many connections" past their size, which
         # would lose the write), a call waits for its turn instead.
@@ -625,20 +624,20 @@ class RedisStore:
     @asynccontextmanager
     async def _call(self) -> AsyncIterator[Call]:
         """One call to Redis: its turn, then all of it (a connection, connecting, the reply,
-        the retry) under one `_Watch`; any failure raised as `StoreUnavailableError` of the
+        the retry) under one `Watch`; any failure raised as `StoreUnavailableError` of the
         place that failed (`Call.scope`)."""
         # The wait for a turn is not bounded by `timeout_s`: under a burst it is the proxy
         # that is busy, not Redis, and a turn comes. A call that timed out meanwhile says
         # its node is hung: then a leg there fails at once instead of waiting a timeout more.
         loop = asyncio.get_running_loop()
-        call = Call(self._nodes, began=loop.time())
+        call = Call(self._nodes, self._clock, began=loop.time())
         with _unavailable(call.scope):
             async with self._slots:
                 # One bound for the whole call: the socket timeout applies to each attempt
                 # and the pool's wait on top, so a hung Redis would cost several of it.
                 try:
                     async with asyncio.timeout(None) as deadline:
-                        watch = _Watch(deadline, self._timeout_s, call.heard)
+                        watch = Watch(deadline, self._timeout_s, self._clock, call.heard)
                         try:
                             await self._nodes.ready(call)
                             yield call
@@ -1185,40 +1184,6 @@ def _unindex(names: Sequence[tuple[str, str]]) -> list[Op]:
         ops.append(Op("zrem", _tenant_index(tenant), (session_id,)))
         ops.append(Op("zrem", _ALL_SESSIONS, (json.dumps([tenant, session_id]),)))
     return ops
-
-
-class _Watch:
-    """Ends a call to Redis (expires its `deadline`) once Redis has answered no call for
-    `timeout_s` since the call began, or at `PATIENCE` times `timeout_s` in any case.
-
-    A hung Redis answers nobody: each call ends `timeout_s` after it began. A proxy too busy
-    to read the replies in time (a burst of requests on one event loop) still sees other
-    calls answered: its calls wait on rather than lose what they were storing.
-    """
-
-    def __init__(
-        self, deadline: asyncio.Timeout, timeout_s: float, answered: Callable[[], float]
-    ) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._deadline = deadline
-        self._timeout_s = timeout_s
-        self._answered = answered
-        self._began = self._loop.time()
-        self._handle = self._loop.call_at(self._began + timeout_s, self._check)
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        heard = max(self._began, self._answered())
-        last_chance = self._began + self._timeout_s * PATIENCE
-        if now - heard >= self._timeout_s or now >= last_chance:
-            self._deadline.reschedule(now)
-        else:
-            self._handle = self._loop.call_at(
-                min(heard + self._timeout_s, last_chance), self._check
-            )
-
-    def cancel(self) -> None:
-        self._handle.cancel()
 
 
 def _member(tenant: str | None, member: str) -> tuple[str, str]:
