@@ -1,0 +1,149 @@
+"""The compaction block shortened to the room what must stay leaves it: its summary's last
+lines, then the trail's and the ledger's lowest-ranked entries, only as far as the target
+needs and only when that reaches it."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+from proxy.core import artifacts
+from proxy.core import statements as ledger
+from proxy.core.messages import (
+    Message,
+)
+from proxy.core.plan.cuts import CUT_ATTEMPTS
+from proxy.core.plan.work import Work
+from proxy.core.summary import (
+    TOOLS_REMINDER,
+    note_digest,
+    replace_note,
+)
+
+
+def fit_block(work: Work, *, shed: bool = False) -> None:
+    """Shorten the block written in this compaction to the room what must stay leaves it
+    (the running turn's user message can take most of a small window): first its summary's
+    last lines (the part any summarizer could write), then the trail's paths and the
+    ledger's chatter, each part in proportion to its size, only as far as the target still
+    needs, and only when that reaches it (`shed`: the trail's ids and the ledger's
+    specifics and task too, see `shed_block`)."""
+    fitted = _fit_note(work, work.block, shed=shed)
+    if fitted is not None:
+        work.note, work.block = fitted
+
+
+def fit_earlier(work: Work) -> None:
+    """Last of all, the newest note of an earlier compaction shortened as `fit_block`
+    shortens this one's (shed too, with recall), when that alone reaches the target: one
+    that stands inside the running turn (a client's compaction block, which the client
+    keeps after its latest user message) or alone before it cannot be evicted, and the turn
+    grows by a round a request."""
+    notes = (
+        work.note_of(m) or next(iter(work.detach_notes(m)[1][-1:]), None) for m in work.messages
+    )
+    earlier = [note for note in notes if note is not None and note != work.block]
+    if not earlier:
+        return
+    if _fit_note(work, earlier[-1]) is None and work.situation.recall is not None:
+        _fit_note(work, earlier[-1], shed=True)
+
+
+def _fit_note(work: Work, block: str | None, *, shed: bool = False) -> tuple[str, str] | None:
+    """`fit_block` of `block`: its shortened text (ledger and trail apart) and whole, once
+    it stands in the conversation in place of `block`; None when it stayed as it was."""
+    found = _block_index(work, block)
+    if block is None or found is None:
+        return None
+    count = work.counter
+    excess = work.total() - work.target
+
+    def fitted_to(excess: int) -> tuple[str, str, list[Message], int]:
+        note, fitted = _fitted(block, excess, count.text, shed=shed)
+        messages = list(work.messages)
+        messages[found] = replace_note(messages[found], block, fitted)
+        over = count.messages(messages) + work.tools + work.beside - work.target
+        return note, fitted, messages, over
+
+    # A block that cannot be made small enough stays whole: the request lands above the
+    # target (it still fits), and nothing the block carries is lost for no gain.
+    barest = fitted_to(work.total())
+    if barest[3] > 0:
+        return None
+    for _ in range(CUT_ATTEMPTS):
+        note, fitted, messages, over = fitted_to(excess)
+        # Each part's saving is counted apart; the message as a whole can count a little
+        # more (tokens merge differently at the joins): the overshoot is cut again, and
+        # short of the target after a few tries the barest block is taken.
+        if over <= 0:
+            break
+        excess += over
+    else:
+        note, fitted, messages, _ = barest
+    work.notes.add(note_digest(fitted))
+    work.update(messages, "fit_block")
+    return note, fitted
+
+
+def _fitted(
+    block: str, excess: int, count: Callable[[str], int], *, shed: bool = False
+) -> tuple[str, str]:
+    """`block` less `excess` tokens where it can be (see `fit_block`): its text without
+    ledger and trail, and the block."""
+    rest, kept = ledger.without_ledger(block)
+    note, trail = artifacts.without_trail(rest)
+    shortened = _shortened(note, count(note) - excess, count)
+    excess -= count(note) - count(shortened)
+    if excess > 0:
+        # The rest from the trail and the ledger in proportion to their sizes: each keeps
+        # what ranks first in it (the ids and the leading paths; the user's rules,
+        # constraints and specifics), and each loses its least first (other paths, chatter).
+        # Neither gives what only it carries: the trail keeps its ids, hashes, versions and
+        # error codes, the ledger the user's rules, specifics and task.
+        trail_cost, ledger_cost = artifacts.cost(trail, count), ledger.cost(kept, count)
+        from_trail = math.ceil(excess * trail_cost / max(trail_cost + ledger_cost, 1))
+        least = 0 if shed else artifacts.cost(artifacts.identifiers(trail), count)
+        trail = artifacts.selected(trail, max(trail_cost - from_trail, least), count)
+        floor = ledger.rules(kept) if shed else ledger.above_chatter(kept)
+        least = ledger.cost(floor, count)
+        kept = ledger.selected(kept, max(ledger_cost - (excess - from_trail), least), count)
+    return shortened, ledger.with_ledger(artifacts.with_trail(shortened, trail), kept)
+
+
+def _block_index(work: Work, block: str | None) -> int | None:
+    """Where `block` stands in the conversation (alone or merged into a message), if it does."""
+    for index, message in enumerate(work.messages):
+        standalone = work.note_of(message)
+        if block in ([standalone] if standalone is not None else work.detach_notes(message)[1]):
+            return index
+    return None
+
+
+def _shortened(note: str, room: int, count: Callable[[str], int]) -> str:
+    """`note` (a marker or a summary, without its ledger and trail) within `room` tokens
+    where it can be: its body's last lines go; its first paragraph (how many messages it
+    stands for) and its closing line (the tools the model can call) stay."""
+    header, _, body = note.partition("\n\n")
+    if count(note) <= room or not body:
+        return note
+    closing = ""
+    at = f"\n\n{body}".rfind(f"\n\n{TOOLS_REMINDER}")
+    if at != -1:
+        body, closing = body[: max(at - 2, 0)], body[at:]
+    left = room - count(header) - count(closing)
+    lines = clipped(body, max(left, 0), count).rstrip().splitlines()
+    # A heading whose lines all went goes too ("Files and paths:" over nothing).
+    while lines and (lines[-1].startswith("#") or lines[-1].endswith(":")):
+        lines.pop()
+    return "\n\n".join(part for part in (header, "\n".join(lines), closing) if part)
+
+
+def clipped(summary: str, allowance: int, count: Callable[[str], int]) -> str:
+    """`summary` within `allowance` tokens: whole lines from the start (a summarizer that
+    ignores `max_tokens` must not push the compaction above its target)."""
+    if count(summary) <= allowance:
+        return summary
+    lines = summary.splitlines()
+    used = itertools.accumulate(count(line) + 1 for line in lines)
+    return "\n".join(line for line, upto in zip(lines, used, strict=True) if upto <= allowance)

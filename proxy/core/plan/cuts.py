@@ -1,0 +1,204 @@
+"""The reductions that leave a message in its place: a tool result trimmed or cleared to a
+placeholder, a paste cut to head and tail, the recent window's results and texts cut, the
+oldest first and each only as far as the goal still needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from proxy.core import pastes
+from proxy.core import statements as ledger
+from proxy.core.messages import (
+    Message,
+    is_instruction,
+    role,
+    text,
+)
+from proxy.core.plan.work import Work
+from proxy.core.tool_results import (
+    NOTE_ALLOWANCE,
+    clear,
+    is_cleared,
+    is_tool_result,
+    is_trimmed,
+    trim,
+)
+
+# A trimmed message keeps at least this many tokens: less than that is all note and no text.
+_MIN_CUT = 64
+_PASTE_KEPT = 96
+"""What an old paste keeps of its head and tail, beside the user's words (like a cleared
+result's placeholder, enough to say what it was)."""
+CUT_ATTEMPTS = 4
+# Steps that finish a landing; the strategy reported is the last step that is not one (or
+
+
+def cap_messages(work: Work, cap: int, eligible: Callable[[Message], bool], step: str) -> None:
+    messages = list(work.messages)
+    for index, message in enumerate(work.messages):
+        if not eligible(message) or is_trimmed(message) or work.holds_note(message):
+            continue
+        tokens = work.counter.message(message)
+        if tokens > cap:
+            name = work.tool_name(index)
+            trimmed = trim(
+                message,
+                max_tokens=cap,
+                count=work.counter.text,
+                tool_name=name,
+                names=_names(work, message),
+                recall=work.recall_of([message]),
+            )
+            # A result barely over a small cap would grow by the note: keep it whole then.
+            if work.counter.message(trimmed) < tokens:
+                messages[index] = trimmed
+    work.update(messages, step)
+
+
+def cut_pastes(work: Work, messages: list[Message], indices: range) -> None:
+    """Cut what the user pasted in messages `indices` (never the running turn's) to head and
+    tail, as old tool results are cleared: a paste is data, and its id recalls it whole.
+    The user's words beside it stay as they were."""
+    for index in indices:
+        if _holds_paste(work, index):
+            messages[index] = _paste_cut(work, index, _PASTE_KEPT)
+
+
+def _holds_paste(work: Work, index: int) -> bool:
+    """Whether message `index` is a user message (not the running turn's, not the working
+    set's latest copy) whose paste a cut would make smaller."""
+    message = work.messages[index]
+    return (
+        role(message) == "user"
+        and index != work.pins.running
+        and index != work.working_at()
+        and isinstance(message.get("content"), str)
+        and not work.holds_note(message)
+        and any(s.rank == ledger.PASTE for s in work.mentions.statements(message, False))
+        and not pastes.is_cut(text(message))
+    )
+
+
+def _paste_cut(work: Work, index: int, size: int) -> Message:
+    """Message `index` with its pastes cut so that it takes about `size` tokens (never less
+    than its words)."""
+    message = work.messages[index]
+    body = text(message)
+    cut = pastes.cut(body, size, work.counter.text, work.recall_of([message]))
+    if cut == body or work.counter.text(cut) >= work.counter.text(body):
+        return message
+    return {**message, "content": cut}
+
+
+def trim_recent(work: Work) -> None:
+    """Cut the recent window's tool results (the running turn's, the one the user asks about)
+    to head and tail, the oldest first, until the target is reached: the newest results are
+    cut, never cleared or dropped. (A paste the window holds fits it: the window is bounded
+    by the room the target leaves, and a paste is never the newest unit or the running
+    turn's tool exchange, the two it holds whatever their size.)"""
+    start = min(work.pins.recent, len(work.messages))
+    working = work.working_at()
+    results = [
+        i for i in range(start, len(work.messages)) if i != working and _worth_cutting(work, i)
+    ]
+    if results:
+        _cut_oldest_first(work, results, "trim_recent", work.target)
+
+
+def _worth_cutting(work: Work, index: int) -> bool:
+    """Whether message `index` is a tool result a cut would make smaller by more than its
+    note: one hardly bigger than a cut's note and least text stays whole."""
+    message = work.messages[index]
+    return is_tool_result(message) and work.counter.message(message) > NOTE_ALLOWANCE + 2 * _MIN_CUT
+
+
+def _cut_oldest_first(work: Work, indices: list[int], step: str, goal: int) -> None:
+    """Cut messages `indices` to head and tail, the oldest first and each only as far as
+    `goal` still needs: the newest result is the last to be cut. Short of the goal with all
+    of them cut, the conversation lands as low as cutting takes it (landing just under the
+    usable input would leave it over the trigger, to be compacted again on the next turn)."""
+    count = work.counter.message
+    total = work.total()
+    messages = list(work.messages)
+    for index in indices:
+        tokens = count(messages[index])
+        wanted = tokens - (total - goal)
+        if total <= goal or tokens <= max(wanted, _MIN_CUT):
+            continue
+        cut = _cut_to(work, index, max(wanted, _MIN_CUT))
+        saved = tokens - count(cut)
+        # A cut barely under its note's size can come out no smaller: the message stays whole.
+        messages[index] = cut if saved > 0 else messages[index]
+        total -= max(saved, 0)
+    work.update(messages, step)
+
+
+def _cut_to(work: Work, index: int, size: int) -> Message:
+    """Message `index` cut to head and tail at about `size` tokens: a cut lands near its
+    size, not on it (characters per token vary along a text), so one that overshoots is
+    made again from the original, smaller by the overshoot."""
+    original, cap, attempts = work.messages[index], size, 1
+    name = work.tool_name(index)
+    names = _names(work, original)
+    rid = work.recall_of([original])
+    count = work.counter.text
+    cut = trim(original, max_tokens=cap, count=count, tool_name=name, names=names, recall=rid)
+    over = work.counter.message(cut) - size
+    while over > 0 and cap > _MIN_CUT and attempts < CUT_ATTEMPTS:
+        cap, attempts = max(cap - over, _MIN_CUT), attempts + 1
+        cut = trim(original, max_tokens=cap, count=count, tool_name=name, names=names, recall=rid)
+        over = work.counter.message(cut) - size
+    return cut
+
+
+def _names(work: Work, message: Message) -> Sequence[str] | None:
+    """The names a cut of `message` lists when it cuts them away: a tool result's are found
+    once (`work.mentions`); any other message's, by the cut itself."""
+    return work.mentions.names(message) if is_tool_result(message) else None
+
+
+def cap_recent(work: Work) -> None:
+    """Cut the text of the recent messages, only as far as fitting needs: the user's own
+    newest words are never cut just to reach a target, and the working set's latest copy
+    only when nothing else left fits the window."""
+    goal = work.target if work.target_override is not None else work.allowances.limit
+    working = work.working_at()
+    for last_resort in (False, True):
+        indices = [
+            i
+            for i in range(work.pins.recent, len(work.messages))
+            if _cappable(work, i) and (last_resort or i != working)
+        ]
+        if indices and work.total() > goal:
+            _cut_oldest_first(work, indices, "cap_recent", goal)
+
+
+def _cappable(work: Work, index: int) -> bool:
+    message = work.messages[index]
+    return (
+        index != work.pins.running  # what the model answers now goes as the user sent it
+        and not is_instruction(message)
+        and isinstance(message.get("content"), str)
+        and not is_trimmed(message)
+        and not work.holds_note(message)
+    )
+
+
+def clear_old(work: Work) -> None:
+    """Clear the tool results before the recent window and cut the pastes there."""
+    # Every old result goes once one has to: the provider's prompt cache is lost from the
+    # first cleared result on anyway, so clearing only what reaches the target would pay
+    # that miss again a few turns later for the next few (Anthropic's context editing
+    # `clear_at_least` answers the same trade-off).
+    messages = list(work.messages)
+    for index in range(work.pins.recent):
+        message = messages[index]
+        if is_tool_result(message) and not is_cleared(message):
+            tokens = work.counter.message(message)
+            names = work.mentions.names(message)  # found once per result, not per clearing
+            rid = work.recall_of([message])
+            placeholder = clear(message, work.tool_name(index), tokens, names, rid)
+            if work.counter.message(placeholder) < tokens:  # a short result stays whole
+                messages[index] = placeholder
+    cut_pastes(work, messages, range(work.pins.recent))
+    work.update(messages, "clear_tool_results")
