@@ -112,3 +112,20 @@ def _shared(previous: Seen, hashes: Sequence[str]) -> int:
         if at < len(hashes) and hashes[at] == chained:
             shared = at + 1
     return shared
+
+
+def latest_copy(
+    messages: Sequence[Message],
+    working: frozenset[bytes],
+    detached: Callable[[Message], Message] = lambda message: message,
+) -> int | None:
+    """Where the latest copy of the working set (`working`, its digests) stands in `messages`,
+    if one does. `detached` gives a message without what the proxy merged into it (a block
+    opening the copy, where roles must alternate): that is no part of what the client sent."""
+    if not working:
+        return None
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if role(message) == "user" and digest(detached(message)) in working:
+            return index
+    return None

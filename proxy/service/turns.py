@@ -182,10 +182,13 @@ class Turn:
 
     @property
     def fixed(self) -> float:
-        """The share of the usable input the instructions and tools take: the trigger and
-        the preparation level apply to the room they leave (`proxy.core.room`), as the
-        plan's target does."""
+        """The share of the usable input the instructions, the tools and the working set's
+        latest copy take: the trigger and the preparation level apply to the room they
+        leave (`proxy.core.room`), as the plan's target does (`Situation.fixed`)."""
         head = self.counter.messages(self.head) + self.counter.tools(self.tools_body())
+        at = working_set.latest_copy(self.body, self.working)
+        if at is not None:
+            head += self.counter.message(self.body[at])
         return fixed_share(self.budget, head)
 
     async def planned(self, plan: Callable[[TokenCounter, Mentions], _T]) -> _T:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from proxy.core.budget import request_budget
 from proxy.core.digests import digest
 from proxy.core.messages import Message
-from proxy.core.plan import Compacted, Situation, plan_compaction
+from proxy.core.plan import Compacted, Situation, Unchanged, plan_compaction
 from proxy.core.policy import ContextPolicy
 from proxy.core.session import chain_hashes
 from proxy.core.summary import detach_notes
@@ -104,7 +104,7 @@ def test_the_plan_keeps_the_latest_copy_whole_and_lets_the_history_go() -> None:
     # The files, then a turn after them (the ask follows that turn, not the files), larger
     # than the room the target leaves the recent window: told apart, they stay whole; taken
     # for history, they are what goes.
-    history = [m for n in range(6) for m in (user(f"Ask {n}. " + "more " * 300), assistant("Did."))]
+    history = [m for n in range(6) for m in (user(f"Ask {n}. " + "more " * 420), assistant("Did."))]
     working = files(3, lines=300)
     messages = [
         system("Act as an expert software developer."),
@@ -125,3 +125,29 @@ def test_the_plan_keeps_the_latest_copy_whole_and_lets_the_history_go() -> None:
     untold = plan_compaction(replace(told, working=frozenset()), COUNTER)
     assert isinstance(untold, Compacted)
     assert working not in [detach_notes(m)[0] for m in untold.messages]
+
+
+def test_the_working_set_counts_with_the_head_so_a_request_kept_whole_is_not_compacted_again() -> (
+    None
+):
+    # What goes whole with every request leaves the room the trigger applies to: counted as
+    # history, aider's files held every request above the trigger and each one compacted
+    # again (1.04 requests per compaction in the bench), with nothing left that could go.
+    working = files(3, lines=600)
+    messages = [
+        system("Act as an expert software developer."),
+        user("Ask 0. " + "more " * 300),
+        assistant("Did."),
+        working,
+        assistant("Ok."),
+        user("Ask 1."),
+    ]
+    budget = request_budget(5000, {}, output_reserved=500, margin_share=0.03)
+    told = Situation(messages, {}, ContextPolicy(), budget, working=frozenset({digest(working)}))
+    untold = replace(told, working=frozenset())
+    assert told.fixed(COUNTER) > untold.fixed(COUNTER) + 0.3
+    plain = plan_compaction(untold, COUNTER)
+    assert not isinstance(plain, Unchanged) or plain.reason != "under_trigger"
+    kept = plan_compaction(told, COUNTER)
+    assert isinstance(kept, Unchanged)
+    assert kept.reason == "under_trigger"

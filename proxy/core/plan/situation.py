@@ -15,6 +15,8 @@ from proxy.core.messages import (
 )
 from proxy.core.policy import ContextPolicy
 from proxy.core.room import fixed_share, in_room
+from proxy.core.summary import detach_notes, note_digest
+from proxy.core.working_set import latest_copy
 
 # The smallest allowances, for tiny windows: a ledger of a few rules, a summary of a few lines.
 LEDGER_FLOOR = 256
@@ -75,10 +77,21 @@ class Situation:
     repeat what it says, and the block gives way to it as to a running turn (`fit_block`)."""
 
     def fixed(self, counter: Counter) -> float:
-        """The share of the usable input the leading instructions and the tools take: the
-        compaction's levels and allowances apply to the room they leave (`proxy.core.room`)."""
+        """The share of the usable input what goes whole with every request takes: the
+        leading instructions, the tools, and the working set's latest copy (kept whole while
+        it fits). The compaction's levels and allowances apply to the room they leave
+        (`proxy.core.room`): counted as history, aider's files kept every request above the
+        trigger, and each one compacted again."""
         head = self.messages[: leading_instructions(self.messages)]
-        return fixed_share(self.budget, counter.messages(head) + counter.tools(self.body))
+        tokens = counter.messages(head) + counter.tools(self.body)
+        at = latest_copy(self.messages, self.working, self._detached)
+        if at is not None:
+            tokens += counter.message(self.messages[at])
+        return fixed_share(self.budget, tokens)
+
+    def _detached(self, message: Message) -> Message:
+        """`message` without the proxy's notes merged into it."""
+        return detach_notes(message, lambda note: note_digest(note) in self.notes)[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ from typing import Any
 
 from proxy.core import artifacts, pastes, recall
 from proxy.core import statements as ledger
-from proxy.core.digests import digest
 from proxy.core.mentions import Mentions
 from proxy.core.messages import (
     Message,
@@ -32,6 +31,7 @@ from proxy.core.tool_results import (
     recall_of,
 )
 from proxy.core.units import Pins, Unit, group_units, pins
+from proxy.core.working_set import latest_copy
 
 # What a note costs beyond its parts (role, framing, its opening line).
 NOTE_OVERHEAD = 48
@@ -276,20 +276,11 @@ class Work:
         seen = self._working_seen
         if seen is not None and seen[0] is self.messages:
             return seen[1]
-        found = (i for i in range(len(self.messages) - 1, -1, -1) if self._is_working(i))
-        at = next(found, None)
+        at = latest_copy(self.messages, self.situation.working, lambda m: self.detach_notes(m)[0])
         # Asked of every message a step looks at: found once per list of messages (each step
         # makes a new one), and the list kept, so its id is not reused.
         self._working_seen = (self.messages, at)
         return at
-
-    def _is_working(self, index: int) -> bool:
-        # A block merged into the copy (opening it, where roles must alternate) is no part
-        # of what the client sent.
-        message = self.messages[index]
-        if role(message) != "user":
-            return False
-        return digest(self.detach_notes(message)[0]) in self.situation.working
 
     def _note_unit_at(self, index: int) -> bool:
         """Whether message `index` is a note of the proxy's standing alone, a unit of its own."""
