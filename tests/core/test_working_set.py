@@ -20,7 +20,7 @@ from proxy.core.plan import Compacted, Situation, Unchanged, plan_compaction
 from proxy.core.policy import ContextPolicy
 from proxy.core.session import chain_hashes
 from proxy.core.summary import detach_notes
-from proxy.core.working_set import MIN_CHARS, Seen, seen, working_set
+from proxy.core.working_set import MIN_CHARS, Seen, latest_copy, seen, working_set
 from tests.builders import assistant, system, user
 from tests.core.client_shapes import FILES_OPENING
 from tests.core.words import COUNTER
@@ -151,3 +151,11 @@ def test_the_working_set_counts_with_the_head_so_a_request_kept_whole_is_not_com
     kept = plan_compaction(told, COUNTER)
     assert isinstance(kept, Unchanged)
     assert kept.reason == "under_trigger"
+
+
+def test_the_latest_copy_is_the_last_user_message_of_the_working_set_and_none_without_one() -> None:
+    working = files(2, lines=100)
+    messages = [user("Ask 0."), working, assistant("Ok."), working, user("Ask 1.")]
+    assert latest_copy(messages, frozenset({digest(working)})) == 3
+    assert latest_copy(messages[:1], frozenset({digest(working)})) is None
+    assert latest_copy(messages, frozenset()) is None
