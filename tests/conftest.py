@@ -83,6 +83,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             optional.require(name)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker of `pytest -n` (pytest-xdist) hands its tests' contexts to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["gates"] = dict(gates.ended)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """The controller counts each worker's tests with its own (none, it runs no test)."""
+    gates.ended.update(getattr(node, "workeroutput", {}).get("gates", {}))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     counted = ", ".join(f"{gates.ended[kind]} {kind}" for kind in gates.KINDS)
     terminalreporter.write_line(f"coverage contexts (tests/gates.py): {counted}")
