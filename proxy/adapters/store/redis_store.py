@@ -87,6 +87,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from proxy.adapters.store import scripts
 from proxy.adapters.store.contract import (
     DEFAULT_SESSION_TTL_S,
     HISTORY_LIMIT,
@@ -112,270 +113,6 @@ from proxy.core.session import (
 )
 from proxy.settings import RedisSettings
 
-# Each script touches keys of one hash tag only, as Redis Cluster requires.
-_REFRESH = """
-for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[1]) end
-"""
-
-# KEYS: checkpoints, checkpoint_order. ARGV: ttl_ms, prefix hash, checkpoint JSON, how many
-# to keep. Returns the existing one, or nil if stored (and the oldest dropped past the bound).
-_PUT_CHECKPOINT = """
-local existing = redis.call('HGET', KEYS[1], ARGV[2])
-if not existing then
-  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-  redis.call('RPUSH', KEYS[2], ARGV[2])
-  while redis.call('LLEN', KEYS[2]) > tonumber(ARGV[4]) do
-    redis.call('HDEL', KEYS[1], redis.call('LPOP', KEYS[2]))
-  end
-  if #KEYS > 2 then
-    redis.call('RPUSH', KEYS[4], ARGV[5])
-    redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
-    redis.call('HSET', KEYS[3], 'last_compaction_turn', redis.call('HGET', KEYS[3], 'turns') or '0')
-    redis.call('HINCRBY', KEYS[3], 'compactions', 1)
-    for i = 3, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-  end
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-return existing or false
-"""
-
-# KEYS: checkpoints, checkpoint_order. ARGV: prefix hash. Returns 1 if there was one.
-_DROP_CHECKPOINT = """
-redis.call('LREM', KEYS[2], 0, ARGV[1])
-return redis.call('HDEL', KEYS[1], ARGV[1])
-"""
-
-# KEYS: state, history, archive. ARGV: ttl_ms, last_seen, '1' to set the model, model.
-_BEGIN_TURN = (
-    """
-redis.call('HINCRBY', KEYS[1], 'turns', 1)
-redis.call('HSET', KEYS[1], 'last_seen', ARGV[2])
-if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'model', ARGV[4]) end
-"""
-    + _REFRESH
-    + """
-return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
-"""
-)
-
-# KEYS: state, history, archive. ARGV: ttl_ms, record JSON, history limit.
-_RECORD_COMPACTION = (
-    """
-redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
-redis.call('HSET', KEYS[1], 'last_compaction_turn', redis.call('HGET', KEYS[1], 'turns') or '0')
-redis.call('HINCRBY', KEYS[1], 'compactions', 1)
-"""
-    + _REFRESH
-)
-
-# KEYS: state, history, archive. ARGV: ttl_ms, usage JSON, pressure.
-_RECORD_USAGE = (
-    """
-redis.call('HSET', KEYS[1], 'last_usage', ARGV[2], 'last_pressure', ARGV[3])
-"""
-    + _REFRESH
-)
-
-# KEYS: state, history, archive, timeline, request. ARGV: ttl_ms, point JSON, timeline
-# limit, tokens before, tokens after, pressure, context JSON, request JSON (empty: keep the
-# old one).
-_RECORD_TURN = (
-    """
-redis.call('RPUSH', KEYS[4], ARGV[2])
-redis.call('LTRIM', KEYS[4], -tonumber(ARGV[3]), -1)
-redis.call('HINCRBY', KEYS[1], 'tokens_sent', ARGV[4])
-redis.call('HINCRBY', KEYS[1], 'tokens_forwarded', ARGV[5])
-redis.call('HSET', KEYS[1], 'last_pressure', ARGV[6], 'last_context', ARGV[7])
-if ARGV[8] ~= '' then redis.call('SET', KEYS[5], ARGV[8]) end
-if ARGV[9] ~= '0' then redis.call('HINCRBY', KEYS[1], 'recalls', ARGV[9]) end
-"""
-    + _REFRESH
-)
-
-# KEYS: state, history.
-_READ_SESSION = """
-return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
-"""
-
-# A Lua function, for the scripts that record a session's archived sequence: `list` takes
-# the new list of hashes (`joined` by commas: a long history is one argument, not a hundred).
-# Keeps the common prefix and appends the rest, so a growing history writes only its new
-# messages (and the AOF and replicas see only those). Returns the length of the common
-# prefix, and 1 when the bodies already stored are due to have their expiry moved (at most
-# once per refresh_ms, kept in `refreshed`: a long history is not walked on every request).
-#
-# The caller may claim that the list holds the first `claimed` hashes already, named by
-# `old_tip` (a digest of those hashes joined); `state`'s `archive_tip` field names what the
-# list holds. When both agree, only the hashes from character `offset` of `joined` on are
-# read and appended: a turn's work follows its new messages, not its history. Otherwise
-# (another replica's turn, a rewind, an expired list) the whole list is compared.
-_SEQUENCE = """
-local function push(list, hashes, from)
-  for i = from, #hashes, 1000 do
-    redis.call('RPUSH', list, unpack(hashes, i, math.min(i + 999, #hashes)))
-  end
-end
-local function sequence(list, state, refreshed, refresh_ms, joined, claimed, old_tip, new_tip,
-                        offset)
-  local hashes = {}
-  local common = tonumber(claimed)
-  if common > 0 and redis.call('HGET', state, 'archive_tip') == old_tip
-      and redis.call('LLEN', list) == common then
-    for h in string.gmatch(string.sub(joined, tonumber(offset)), '[^,]+') do
-      hashes[#hashes + 1] = h
-    end
-    push(list, hashes, 1)
-  else
-    for h in string.gmatch(joined, '[^,]+') do hashes[#hashes + 1] = h end
-    local old = redis.call('LRANGE', list, 0, -1)
-    local new = #hashes
-    common = 0
-    while common < new and common < #old and old[common + 1] == hashes[common + 1] do
-      common = common + 1
-    end
-    if common == 0 then
-      redis.call('DEL', list)
-    elseif common < #old then
-      redis.call('LTRIM', list, 0, common - 1)
-    end
-    push(list, hashes, common + 1)
-  end
-  redis.call('HSET', state, 'archive_tip', new_tip)
-  local due = redis.call('SET', refreshed, '1', 'NX', 'PX', refresh_ms)
-  return {common, due and 1 or 0}
-end
-"""
-
-# KEYS: archive, state, history, refreshed. ARGV: ttl_ms, refresh_ms, the new list's hashes,
-# then the claim (`_SEQUENCE`: claimed, old tip, new tip, offset).
-_ARCHIVE_SEQUENCE = (
-    _SEQUENCE
-    + """
-local result = sequence(KEYS[1], KEYS[2], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
-                        ARGV[7])
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-return result
-"""
-)
-
-# A Lua function: the checkpoint of the longest prefix there is in `checkpoints`, as
-# {its prefix's length, its JSON}, the session's checkpoints' expiry moved; false when there
-# is none. `joined`: the chain hash of each prefix of the body, shortest first, joined by
-# commas. One argument travels, not a key per message of a long history, and one checkpoint
-# comes back, not every one the conversation's compactions left. The session's few
-# checkpoints (at most `MAX_CHECKPOINTS`) are looked for in the argument, not each of its
-# hashes in the hash: a long history with no checkpoint costs one HKEYS.
-_LONGEST = """
-local function longest(checkpoints, order, ttl_ms, joined)
-  local best, name = 0, nil
-  for _, candidate in ipairs(redis.call('HKEYS', checkpoints)) do
-    local from = 1
-    while true do
-      local first, last = string.find(joined, candidate, from, true)
-      if not first then break end
-      if first > best and (first == 1 or string.byte(joined, first - 1) == 44)
-          and (last == #joined or string.byte(joined, last + 1) == 44) then
-        best, name = first, candidate
-      end
-      from = first + 1
-    end
-  end
-  if not name then return false end
-  redis.call('PEXPIRE', checkpoints, ttl_ms)
-  redis.call('PEXPIRE', order, ttl_ms)
-  local _, commas = string.gsub(string.sub(joined, 1, best - 1), ',', '')
-  return {commas + 1, redis.call('HGET', checkpoints, name)}
-end
-"""
-
-# KEYS: checkpoints, checkpoint_order. ARGV: ttl_ms, the joined chain hashes (`_LONGEST`).
-_FIND_CHECKPOINT = (
-    _LONGEST
-    + """
-return longest(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-"""
-)
-
-# KEYS: checkpoints, checkpoint_order, then summary keys. ARGV: ttl_ms, the joined chain
-# hashes ('' for none). `_FIND_CHECKPOINT` and the summaries' values (false for a missing
-# one) in one: what a compaction reads before it lands, in one round trip.
-_FIND_PREPARED = (
-    _LONGEST
-    + """
-local found = false
-if ARGV[2] ~= '' then found = longest(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) end
-local summaries = {}
-for i = 3, #KEYS do summaries[#summaries + 1] = redis.call('GET', KEYS[i]) end
-return {found, summaries}
-"""
-)
-
-# KEYS: the session's (`_session_keys`), checkpoints, checkpoint_order. ARGV: ttl_ms, last_seen, '1'
-# to set the model, model, the joined chain hashes ('' for none). `_BEGIN_TURN` and
-# `_FIND_CHECKPOINT` in one: what every request reads first, in one round trip.
-_OPEN_TURN = (
-    _LONGEST
-    + """
-redis.call('HINCRBY', KEYS[1], 'turns', 1)
-redis.call('HSET', KEYS[1], 'last_seen', ARGV[2])
-if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'model', ARGV[4]) end
-for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-local found = false
-if ARGV[5] ~= '' then found = longest(KEYS[7], KEYS[8], ARGV[1], ARGV[5]) end
-return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1), found}
-"""
-)
-
-# KEYS: state, history, archive, timeline, request, recall, refreshed. ARGV: ttl_ms, then
-# `_RECORD_TURN`'s (point JSON, timeline limit, tokens before, tokens after, pressure,
-# context JSON, request JSON or '', recalls), then usage JSON ('' for none), refresh_ms, the
-# archive's joined hashes ('' to archive nothing), the claim (`_SEQUENCE`). `_RECORD_TURN`,
-# `_RECORD_USAGE` and `_ARCHIVE_SEQUENCE` in one: what every answered request leaves, in one
-# round trip.
-_END_TURN = (
-    _SEQUENCE
-    + """
-redis.call('RPUSH', KEYS[4], ARGV[2])
-redis.call('LTRIM', KEYS[4], -tonumber(ARGV[3]), -1)
-redis.call('HINCRBY', KEYS[1], 'tokens_sent', ARGV[4])
-redis.call('HINCRBY', KEYS[1], 'tokens_forwarded', ARGV[5])
-redis.call('HSET', KEYS[1], 'last_pressure', ARGV[6], 'last_context', ARGV[7])
-if ARGV[8] ~= '' then redis.call('SET', KEYS[5], ARGV[8]) end
-if ARGV[9] ~= '0' then redis.call('HINCRBY', KEYS[1], 'recalls', ARGV[9]) end
-if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'last_usage', ARGV[10]) end
-local result = {0, 0}
-if ARGV[12] ~= '' then
-  result = sequence(KEYS[3], KEYS[1], KEYS[7], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15],
-                    ARGV[16])
-end
-for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-return result
-"""
-)
-
-# KEYS: lock. ARGV: token. Compare-and-delete, so only the holder frees it.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-_SCRIPTS = (
-    _PUT_CHECKPOINT,
-    _BEGIN_TURN,
-    _RECORD_COMPACTION,
-    _RECORD_USAGE,
-    _RECORD_TURN,
-    _READ_SESSION,
-    _ARCHIVE_SEQUENCE,
-    _FIND_CHECKPOINT,
-    _OPEN_TURN,
-    _END_TURN,
-    _FIND_PREPARED,
-    _DROP_CHECKPOINT,
-    _RELEASE,
-)
 _ALL_SESSIONS = "cp:sessions"
 # The archive moves the expiry of the bodies it already stored at most once per this share
 # of the TTL: they outlive their session's last request by at least nine tenths of it.
@@ -489,7 +226,7 @@ def _messages(bodies: Sequence[str | None]) -> list[Message]:
 def _turn_args(
     point: TurnPoint, context: Mapping[str, Any], request: Mapping[str, Any] | None
 ) -> tuple[Any, ...]:
-    """`_RECORD_TURN`'s arguments after the TTL (and `_END_TURN`'s)."""
+    """`scripts.RECORD_TURN`'s arguments after the TTL (and `scripts.END_TURN`'s)."""
     return (
         json.dumps(point.to_json()),
         TIMELINE_LIMIT,
@@ -571,7 +308,7 @@ class RedisStore:
         # (redis-py's non-blocking pools raise "Too many connections" past their size, which
         # would lose the write), a call waits for its turn instead.
         self._slots = asyncio.Semaphore(max_connections)
-        self._shas = {text: hashlib.sha1(text.encode()).hexdigest() for text in _SCRIPTS}
+        self._shas = {text: hashlib.sha1(text.encode()).hexdigest() for text in scripts.SCRIPTS}
         self._ttl_s = session_ttl_s
         self._ttl_ms = _ms(session_ttl_s)
         self._refresh_ms = _ms(session_ttl_s * _REFRESH_SHARE)
@@ -680,7 +417,7 @@ class RedisStore:
         async with self._call() as call:
             longest = await call.on(
                 keys[0],
-                lambda: self._script(_FIND_CHECKPOINT, keys, self._ttl_ms, ",".join(hashes)),
+                lambda: self._script(scripts.FIND_CHECKPOINT, keys, self._ttl_ms, ",".join(hashes)),
             )
             if longest is None:
                 return None
@@ -710,16 +447,16 @@ class RedisStore:
         text = json.dumps(checkpoint.to_json())
         args: tuple[Any, ...] = (self._ttl_ms, checkpoint.prefix_hash, text, MAX_CHECKPOINTS)
         if record is not None:
-            # The session's state, history and archive, as `_RECORD_COMPACTION` has them.
+            # The session's state, history and archive, as `scripts.RECORD_COMPACTION` has them.
             keys = [*keys, *_session_keys(tenant, session_id)[:3]]
             args = (*args, json.dumps(record.to_json()), HISTORY_LIMIT)
         # The recall ids and bodies in the same round trip (a pipeline per node).
         ops = [
-            Op.script(self._shas[_PUT_CHECKPOINT], keys, args),
+            Op.script(self._shas[scripts.PUT_CHECKPOINT], keys, args),
             *(self._recall_ops(tenant, session_id, recalls.ids, recalls.bodies) if recalls else ()),
         ]
         async with self._call() as call:
-            existing = (await self._batch(call, ops, {0: _PUT_CHECKPOINT}))[0]
+            existing = (await self._batch(call, ops, {0: scripts.PUT_CHECKPOINT}))[0]
         if existing is None:
             return checkpoint
         return Checkpoint.from_json(jsoncodec.loads(existing))
@@ -728,7 +465,7 @@ class RedisStore:
         keys = _checkpoint_keys(tenant, session_id)
         async with self._call() as call:
             deleted = await call.on(
-                keys[0], lambda: self._script(_DROP_CHECKPOINT, keys, prefix_hash)
+                keys[0], lambda: self._script(scripts.DROP_CHECKPOINT, keys, prefix_hash)
             )
         return bool(deleted)
 
@@ -738,7 +475,7 @@ class RedisStore:
         keys = _session_keys(tenant, session_id)
         args = (self._ttl_ms, repr(at), "0" if model is None else "1", model or "")
         (fields, history), unindexed = await self._counted(
-            tenant, session_id, at, _BEGIN_TURN, keys, args
+            tenant, session_id, at, scripts.BEGIN_TURN, keys, args
         )
         state = _state(_pairs(fields), history)
         if unindexed is not None:
@@ -763,7 +500,7 @@ class RedisStore:
             ",".join(hashes),
         )
         (fields, history, longest), unindexed = await self._counted(
-            tenant, session_id, at, _OPEN_TURN, keys, args
+            tenant, session_id, at, scripts.OPEN_TURN, keys, args
         )
         state = _state(_pairs(fields), history)
         checkpoint = await self._longest(tenant, session_id, hashes, longest)
@@ -839,7 +576,7 @@ class RedisStore:
         keys = _session_keys(tenant, session_id)
         args = (self._ttl_ms, json.dumps(record.to_json()), HISTORY_LIMIT)
         async with self._call() as call:
-            await call.on(keys[0], lambda: self._script(_RECORD_COMPACTION, keys, *args))
+            await call.on(keys[0], lambda: self._script(scripts.RECORD_COMPACTION, keys, *args))
 
     async def record_usage(
         self, tenant: str, session_id: str, *, usage: Mapping[str, Any], pressure: float
@@ -847,7 +584,7 @@ class RedisStore:
         keys = _session_keys(tenant, session_id)
         args = (self._ttl_ms, json.dumps(dict(usage)), repr(pressure))
         async with self._call() as call:
-            await call.on(keys[0], lambda: self._script(_RECORD_USAGE, keys, *args))
+            await call.on(keys[0], lambda: self._script(scripts.RECORD_USAGE, keys, *args))
 
     async def record_turn(
         self,
@@ -861,7 +598,7 @@ class RedisStore:
         keys = _session_keys(tenant, session_id)
         args = (self._ttl_ms, *_turn_args(point, context, request))
         async with self._call() as call:
-            await call.on(keys[0], lambda: self._script(_RECORD_TURN, keys, *args))
+            await call.on(keys[0], lambda: self._script(scripts.RECORD_TURN, keys, *args))
 
     async def end_turn(self, tenant: str, session_id: str, ended: EndedTurn) -> None:
         keys = [*_session_keys(tenant, session_id), _refreshed_key(tenant, session_id)]
@@ -879,11 +616,11 @@ class RedisStore:
         # The script's answer is the truth: bodies it counts as new that were not sent
         # (another replica's turns, a rewind) follow; any sent that it knew are set-if-absent.
         ops = [
-            Op.script(self._shas[_END_TURN], keys, (self._ttl_ms, *args)),
+            Op.script(self._shas[scripts.END_TURN], keys, (self._ttl_ms, *args)),
             *self._bodies(tenant, sequence, messages, claim.length, due=0),
         ]
         async with self._call() as call:
-            replies = await self._batch(call, ops, {0: _END_TURN})
+            replies = await self._batch(call, ops, {0: scripts.END_TURN})
             if sequence:
                 known, due = replies[0]
                 rest = self._bodies(
@@ -946,7 +683,7 @@ class RedisStore:
         state, history, *_rest = _session_keys(tenant, session_id)
         async with self._call() as call:
             fields, records = await call.on(
-                state, lambda: self._script(_READ_SESSION, [state, history])
+                state, lambda: self._script(scripts.READ_SESSION, [state, history])
             )
         return _state(_pairs(fields), records) if fields else None
 
@@ -1010,7 +747,9 @@ class RedisStore:
         claim = self._claim(tenant, session_id, hashes)
         args = (self._ttl_ms, self._refresh_ms, *claim.args)
         async with self._call() as call:
-            known, due = await call.on(seq, lambda: self._script(_ARCHIVE_SEQUENCE, keys, *args))
+            known, due = await call.on(
+                seq, lambda: self._script(scripts.ARCHIVE_SEQUENCE, keys, *args)
+            )
             await call.batch(self._bodies(tenant, hashes, messages, known, due))
         self._remember_archived(tenant, session_id, claim)
 
@@ -1131,7 +870,7 @@ class RedisStore:
         args = (self._ttl_ms, ",".join(hashes))
         async with self._call() as call:
             longest, values = await call.on(
-                script_keys[0], lambda: self._script(_FIND_PREPARED, script_keys, *args)
+                script_keys[0], lambda: self._script(scripts.FIND_PREPARED, script_keys, *args)
             )
         summaries = {
             key: str(value) for key, value in zip(keys, values, strict=True) if value is not None
@@ -1148,7 +887,7 @@ class RedisStore:
     async def release(self, tenant: str, name: str, token: str) -> bool:
         key = _lock_key(tenant, name)
         async with self._call() as call:
-            deleted = await call.on(key, lambda: self._script(_RELEASE, [key], token))
+            deleted = await call.on(key, lambda: self._script(scripts.RELEASE, [key], token))
         return bool(deleted)
 
     async def calibration(self, tenant: str, model: str) -> float | None:
