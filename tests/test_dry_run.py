@@ -18,14 +18,15 @@ TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"
 
 
 def agent_request(turns: int = 40) -> dict[str, Any]:
-    """A coding agent's request after `turns` tool calls reading large files."""
+    """A coding agent's request after `turns` tool calls reading large files, answered, and
+    its next ask (the calls are history: a running turn's results are cut, not cleared)."""
     messages = [system("You are a coding agent."), user("Fix the failing test in src/app.py.")]
     for i in range(turns):
         messages += [
             assistant_calls(f"call_{i}", name="read_file", arguments={"path": f"src/m{i}.py"}),
             tool_result(f"call_{i}", f"# module {i}\n" + "def f():\n    return 1\n" * 200),
         ]
-    messages.append(assistant("I found it."))
+    messages += [assistant("I found it."), user("Now run the tests.")]
     return {"model": "gpt-4o-mini", "messages": messages, "tools": TOOLS, "temperature": 0}
 
 
@@ -201,6 +202,12 @@ def responses_request(turns: int = 40) -> dict[str, Any]:
                 "output": f"# module {i}\n" + "def f():\n    return 1\n" * 200,
             },
         ]
+    # Answered, and the next ask: the calls are history (a running turn's are cut).
+    items += [
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "I found it."}]},
+        {"role": "user", "content": "Now run the tests."},
+    ]  # fmt: skip
     tools = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
     return {"model": "gpt-4o-mini", "instructions": "You are a coding agent.", "input": items,
             "tools": tools}  # fmt: skip
@@ -351,6 +358,8 @@ def messages_request(turns: int = 40) -> dict[str, Any]:
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": output}]},
         ]  # fmt: skip
+    # Answered, and the next ask: the calls are history (a running turn's are cut).
+    messages[-1]["content"].append({"type": "text", "text": "Now run the tests."})
     tools = [{"name": "read_file", "input_schema": {"type": "object"}}]
     return {"model": "claude-sonnet-4-6", "max_tokens": 4096,
             "system": [{"type": "text", "text": "You are a coding agent."}],

@@ -137,8 +137,7 @@ class Pins:
         whole running turn when something older can go instead (a cut inside it would drop
         the question being answered, or its first tool rounds, which an agent runs again)."""
         recent = self.recent
-        evictable = self.head if self.first_user is None else self.first_user + 1
-        if running and self.running is not None and evictable < self.running < recent:
+        if running and self.running is not None and self.head <= self.running < recent:
             recent = self.running
         if self.asked is not None:
             recent = min(recent, self.asked)

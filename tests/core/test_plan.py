@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -151,7 +152,8 @@ def test_oversized_tool_result_is_trimmed_first() -> None:
 
 
 def test_old_tool_results_are_cleared_oldest_first() -> None:
-    plan = plan_compaction(situation(agent(9)), COUNTER)
+    # The rounds are an earlier turn's: a running turn's results are cut, never cleared.
+    plan = plan_compaction(situation([*agent(9), user("and the docs?")]), COUNTER)
     assert isinstance(plan, Compacted)
     assert plan.strategy == "clear_tool_results"
     results = [m["content"] for m in plan.messages if role(m) == "tool"]
@@ -199,7 +201,7 @@ def test_summary_condenses_everything_before_the_recent_window() -> None:
 
 
 def test_clearing_takes_every_old_result_at_once() -> None:
-    messages = agent(12)
+    messages = [*agent(12), user("and the docs?")]
     total = COUNTER.messages(messages) + COUNTER.tools(TOOLS)
     # A target that clearing one result would reach.
     window = 2 * (total - 50)
@@ -234,7 +236,8 @@ def test_fallback_truncates_the_same_span() -> None:
 
 
 def test_truncate_strategy_alone() -> None:
-    plan = plan_compaction(situation(agent(9), strategy="truncate"), COUNTER)
+    # Forty rounds: more than the window holds even with their results as placeholders.
+    plan = plan_compaction(situation(agent(40), strategy="truncate"), COUNTER)
     assert isinstance(plan, Compacted)
     assert plan.strategy == "truncate"
     # An agent's chain has no user message to end on: the marker joins the task message.
@@ -296,20 +299,24 @@ def test_rolling_summary_keeps_the_facts_of_the_previous_one() -> None:
 def test_note_merged_into_first_user_is_not_piled_up() -> None:
     # In an agent's chain the message after the span is the assistant's: no role fits
     # between it and the task, so the note is merged into the task. The task is the running
-    # turn's user message here (the only one): the note opens it, the ask stays last. The
-    # next compaction must take the note out again rather than pile a second one on.
-    result = run(plan_compaction(situation(agent(9), strategy="summarize"), COUNTER), "- one")
-    assert result.messages[1]["content"].startswith(SUMMARY_PREFIX)
-    assert result.messages[1]["content"].endswith("\n\nthe task")
-    grown = [*result.messages[:-1], *agent(9)[2:]]
-    again = run(
-        plan_compaction(situation(grown, strategy="summarize", notes=result.notes), COUNTER),
-        "- two",
-    )
+    # turn's user message here (the only one), whose rounds overflow the window even with
+    # their results as placeholders: the oldest
+    # are folded, the note opens the task, the ask stays last. The next compaction must take
+    # the note out again rather than pile a second one on.
+    result = run(plan_compaction(situation(agent(40), strategy="truncate"), COUNTER))
+    assert "release_running" in result.steps
+    task = result.messages[1]["content"]
+    first = re.match(r"\[(\d+) earlier messages omitted\]", task)
+    assert first is not None
+    assert task.endswith("\n\nthe task")
+    grown = [*result.messages[:-1], *agent(40)[2:]]
+    again = run(plan_compaction(situation(grown, strategy="truncate", notes=result.notes), COUNTER))
     task = again.messages[1]["content"]
-    assert task.count(SUMMARY_PREFIX) == 1
-    assert "- two" in task
-    assert "- one" not in task
+    assert task.count("earlier messages omitted]") == 1
+    assert task.endswith("\n\nthe task")
+    second = re.match(r"\[(\d+) earlier messages omitted\]", task)
+    assert second is not None
+    assert int(second[1]) > int(first[1])  # it stands for both spans
 
 
 def test_everything_pinned_is_nothing_to_remove() -> None:
@@ -748,7 +755,7 @@ def test_a_truncation_lists_what_its_calls_and_results_mentioned_newest_first() 
     for i in range(6):
         call = assistant_calls(f"c{i}", arguments={"path": f"src/mod_{i}.py"})
         messages += [call, tool_result(f"c{i}", f"PAY-{i} " + words(100, "r"))]
-    messages.append(assistant("done"))
+    messages += [assistant("done"), user("and the docs?")]  # the rounds are history now
     result = run(plan_compaction(situation(messages, window=800, strategy="truncate"), COUNTER))
     assert result.strategy == "truncate"
     block = block_of(result)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core import artifacts
+from proxy.core import artifacts, turn_calls
 from proxy.core import statements as ledger
 from proxy.core.messages import Message
 from proxy.core.plan import Compacted, plan_compaction
+from proxy.core.plan.block import fitted
 from proxy.core.summary import TOOLS_REMINDER, detach_notes, note_of
 from tests.builders import assistant, assistant_calls, system, tool_result, user
 from tests.core.test_plan import run, situation, target_of, words
@@ -158,3 +159,21 @@ def test_a_heading_whose_lines_all_went_goes_too() -> None:
     body = note.rpartition("\n\n")[0].splitlines()  # the summary, its tools line apart
     assert body[-1] == "- point 0.2 " + words(8)
     assert "## Part 1" not in body
+
+
+def test_the_running_turn_s_calls_stay_listed_however_short_the_block_is_made() -> None:
+    # Seen in the long single turn of tests/core/test_turn_calls.py once blocks were fitted
+    # before the newest result was cut: the summary's last lines went, and with them the
+    # calls listed after its first paragraph; the agent would run them again.
+    lines = [
+        f'read({{"path": "src/m{i}.py"}}): context_recall(id="rc_{i:012d}") returns its result'
+        for i in range(8)
+    ]
+    note = turn_calls.with_calls("[16 earlier messages omitted]\n\n" + SUMMARY, lines)
+    said = [ledger.Statement("Never touch main.", ledger.RULE)]
+    whole = ledger.with_ledger(artifacts.with_trail(note, ["src/billing/mod_1.py"]), said)
+    for shed in (False, True):
+        short, block = fitted(whole, COUNTER.text(whole), COUNTER.text, shed=shed)
+        assert turn_calls.without_calls(short)[1] == lines
+        assert "summary line 39" not in block
+        assert ledger.without_ledger(block)[1] == said

@@ -42,11 +42,15 @@ def test_the_trigger_applies_to_the_room_the_head_leaves() -> None:
 
 
 def test_a_compaction_leaves_room_for_several_requests_before_the_next() -> None:
-    asked = situation([HEAD, *turn(0, rounds=6)], window=2000)
+    # The first turn's rounds are history once the next ask comes (a running turn's rounds
+    # are cut, never cleared: they are what must stay).
+    ask = user("Now check chunk 0 again.")
+    asked = situation([HEAD, *turn(0, rounds=6), assistant("done"), ask], window=2000)
     result = run(plan_compaction(asked, COUNTER))
     assert result.tokens_after <= target_of(asked)
     # Three more rounds (three more requests of the agent) and it is still under the trigger.
-    grown = [*result.messages, *turn(0, rounds=9)[1 + 2 * 6 :]]
+    grown = [*result.messages, *turn(1, rounds=3)[1:]]
+    assert grown.index(ask) == len(result.messages) - 1
     later = plan_compaction(situation(grown, window=2000, notes=result.notes), COUNTER)
     assert isinstance(later, Unchanged)
     assert later.reason == "under_trigger"
@@ -71,7 +75,8 @@ def test_a_first_turn_s_user_message_is_the_task_and_stays_in_place() -> None:
 
 
 def test_a_running_turn_let_go_keeps_its_user_message_and_the_block_opens_it() -> None:
-    running = turn(1, rounds=5)
+    # Fifteen rounds: more than the room the head leaves holds, their results as placeholders.
+    running = turn(1, rounds=15)
     messages = [HEAD, *turn(0, rounds=1), assistant("done with chunk 0"), *running]
     result = run(plan_compaction(situation(messages, window=2000), COUNTER))
     assert "release_running" in result.steps

@@ -8,7 +8,9 @@ does, whatever the window, the strategy, the summary or the landing.
   whole, in place, whenever the request can hold it whole: cut only when, put back whole, the
   request would not fit the usable input.
 - Every call the running turn made is forwarded, or listed in the block (its name, its
-  arguments, the id that recalls its result), unless the block had to be shortened.
+  arguments, the id that recalls its result), however short the block had to be made.
+- No round of the running turn is folded while the request could hold them all, each older
+  result as its placeholder (or whole, when short) and the newest as forwarded.
 - The block's ledger is the user's words, in the order first said: no line of a paste is a
   statement of it (a paste is named in one line, with its recall id).
 
@@ -33,9 +35,13 @@ from proxy.core.plan import Compacted, NeedsSummary, Situation, plan_compaction,
 from proxy.core.policy import STRATEGIES, ContextPolicy
 from proxy.core.statements import Statement
 from proxy.core.summary import detach_notes, note_digest, notes_in
+from proxy.core.tool_results import clear
 from tests.core.client_shapes import SHAPES
 from tests.core.test_plan_properties import SUMMARIES, finish
 from tests.core.words import COUNTER
+
+LEAST_RESULT = 128
+"""A result no longer than this (our count) is left whole: a placeholder would save little."""
 
 
 @dataclass(frozen=True)
@@ -190,8 +196,8 @@ def check_the_turn_calls(case: Case, result: Compacted) -> None:
     made = [c for m in case.messages[start:] for c in tool_calls(m)]
     kept = {c.get("id") for m in result.messages for c in tool_calls(m)}
     folded = [c for c in made if c.get("id") not in kept]
-    if not folded or "fit_block" in result.steps:
-        return  # nothing folded, or a block shortened to the room left (its calls too)
+    if not folded:
+        return
     ours = [note for note in notes_in(result.messages) if note_digest(note) in result.notes]
     rest, _ = ledger.without_ledger(ours[-1])
     _, listed = turn_calls.without_calls(artifacts.without_trail(rest)[0])
@@ -208,3 +214,39 @@ def test_every_call_of_the_running_turn_is_forwarded_or_listed(case: Case, how: 
     result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
     if isinstance(result, Compacted):
         check_the_turn_calls(case, result)
+
+
+def check_the_turn_rounds(case: Case, result: Compacted) -> None:
+    ask = running_ask(case.messages)
+    if ask is None:
+        return
+    start = max(i for i, m in enumerate(case.messages) if m is ask)
+    kept = {c.get("id") for m in result.messages for c in tool_calls(m)}
+    turn = case.messages[start + 1 :]
+    if all(c.get("id") in kept for m in turn for c in tool_calls(m)):
+        return
+    # The request with every round back at its least: the forwarded head and block, the ask,
+    # each call, each older result as its placeholder (whole when short), the newest as sent.
+    at = max(i for i, m in enumerate(result.messages) if role(m) == "user")
+    least = [*result.messages[: at + 1]]
+    results = [i for i, m in enumerate(turn) if role(m) == "tool"]
+    for index, message in enumerate(turn):
+        if role(message) == "tool" and index != results[-1]:
+            size = COUNTER.message(message)
+            if size > LEAST_RESULT:
+                message = clear(message, None, size, recall="rc_0123456789abcdef")
+        least.append(message)
+    tools = COUNTER.tools(case.situation.body)
+    limit = case.situation.budget.tokens_at(1.0)
+    assert COUNTER.messages(least) + tools > limit, (result.steps, len(turn))
+
+
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@given(case(), SUMMARIES)
+def test_no_round_of_the_running_turn_is_folded_while_they_fit_at_their_least(
+    case: Case, how: str
+) -> None:
+    plan = plan_compaction(case.situation, COUNTER)
+    result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
+    if isinstance(result, Compacted):
+        check_the_turn_rounds(case, result)

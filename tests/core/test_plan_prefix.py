@@ -22,11 +22,12 @@ def words(n: int) -> str:
 
 
 def agent(calls: int) -> list[Message]:
-    """The task, then a long chain of tool calls with big results."""
+    """The task, then a long chain of tool calls with big results, answered, and the next
+    ask: the chain is an earlier turn's (a running turn's rounds are cut, not summarized)."""
     messages = [system(), user("the task")]
     for i in range(calls):
         messages += [assistant_calls(f"c{i}"), tool_result(f"c{i}", words(100))]
-    return [*messages, assistant("done")]
+    return [*messages, assistant("done"), user("and the docs?")]
 
 
 def forced(messages: list[Message], **policy: Any) -> NeedsSummary:

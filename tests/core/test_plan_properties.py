@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from proxy.core import statements as ledger
 from proxy.core.budget import request_budget
-from proxy.core.messages import Message, is_instruction
+from proxy.core.messages import Message, is_instruction, role
 from proxy.core.plan import (
     Allowances,
     Compacted,
@@ -157,16 +157,21 @@ def _least_possible(
     messages: list[Message], allowances: Allowances, *, cut_text: bool = False
 ) -> int:
     """An upper bound of what the plan can always reach: the leading instructions, the
-    tools, the whole compaction block's allowance, and the newest unit with its tool results
-    cut (its text too with `cut_text`: text is cut to fit, never to reach a target)."""
+    tools, the whole compaction block's allowance, and what must stay of the running turn
+    (its user message whole, its rounds with their tool results cut) or, without one, the
+    newest unit so cut (its text too with `cut_text`: text is cut to fit, never to reach a
+    target)."""
     head = list(itertools.takewhile(is_instruction, messages))
     newest = group_units(messages)[-1]
-    unit = messages[newest.start : newest.stop]
+    users = [i for i, m in enumerate(messages) if role(m) == "user" and i >= len(head)]
+    start = min(users[-1], newest.start) if users else newest.start
+    kept = messages[start:]
     least = sum(
         min(COUNTER.message(m), 220)
-        if is_tool_result(m) or (cut_text and isinstance(m.get("content"), str))
+        if is_tool_result(m)
+        or (cut_text and isinstance(m.get("content"), str) and m is not messages[start])
         else COUNTER.message(m)
-        for m in unit
+        for m in kept
     )
     block = allowances.ledger + allowances.artifacts + allowances.summary + allowances.facts + 64
     return COUNTER.messages(head) + COUNTER.tools(TOOLS) + block + least
@@ -211,8 +216,9 @@ def test_every_compaction_keeps_the_rules(case: Case, how: str) -> None:
     assert result.fits == situation.budget.fits(result.tokens_after)
     assert result.tokens_after <= result.tokens_before
     assert result.steps or result.messages == messages  # none: a summary no smaller
-    # Landing: at or below the target whenever that is possible at all.
-    allowances = Allowances.of(situation.budget, situation.policy)
+    # Landing: at or below the target (in the room the head leaves, as the plan aims)
+    # whenever that is possible at all.
+    allowances = Allowances.of(situation.budget, situation.policy, situation.fixed(COUNTER))
     if _least_possible(messages, allowances) <= allowances.target:
         assert result.tokens_after <= allowances.target, result.steps
     # Fit: never above the usable input when cutting the newest messages could make it fit.

@@ -58,6 +58,12 @@ def the_note(result: Compacted) -> str:
     raise AssertionError("no note")
 
 
+def answered(calls: int) -> list[Message]:
+    """`agent(calls)` and the user's next ask: the chain is an earlier turn's, whose results
+    are cleared (a running turn's are cut, never cleared)."""
+    return [*agent(calls), user("and the docs?")]
+
+
 def cleared(result: Compacted) -> list[tuple[int, Message]]:
     return [(i, m) for i, m in enumerate(result.messages) if is_cleared(m)]
 
@@ -66,7 +72,7 @@ def cleared(result: Compacted) -> list[tuple[int, Message]]:
 
 
 def test_recall_off_placeholders_ask_for_the_tool_again() -> None:
-    result = plan_compaction(situation(agent(9)), COUNTER)
+    result = plan_compaction(situation(answered(9)), COUNTER)
     assert isinstance(result, Compacted)
     placeholders = [str(m["content"]) for _, m in cleared(result)]
     assert placeholders
@@ -102,7 +108,7 @@ def test_recall_off_a_cut_result_says_nothing_of_it() -> None:
 
 
 def test_every_cleared_placeholder_names_the_id_of_its_original() -> None:
-    messages = agent(9)
+    messages = answered(9)
     result = plan_compaction(recalling(situation(messages)), COUNTER)
     assert isinstance(result, Compacted)
     assert result.strategy == "clear_tool_results"
@@ -127,7 +133,7 @@ def test_every_id_the_result_names_is_a_key_of_its_recalls() -> None:
 
 def test_a_result_kept_whole_gets_no_recall() -> None:
     # A short result is not cleared (its placeholder would be no smaller): no id stands for it.
-    messages = agent(9)
+    messages = answered(9)
     messages[3] = tool_result("c0", "ok")
     result = plan_compaction(recalling(situation(messages)), COUNTER)
     assert isinstance(result, Compacted)
@@ -155,7 +161,7 @@ def test_a_result_cut_and_cleared_in_one_plan_keeps_the_cuts_id() -> None:
     messages = [system(), user("task"), assistant_calls("c1"), tool_result("c1", words(900, "r"))]
     for i in range(2, 12):
         messages += [assistant_calls(f"c{i}"), tool_result(f"c{i}", words(150, "s"))]
-    messages.append(assistant("done"))
+    messages += [assistant("done"), user("and the docs?")]
     asked = recalling(situation(messages, window=3000, tool_result_max_share=0.2))
     result = run(plan_compaction(asked, COUNTER))
     assert result.steps[:2] == ("trim_tool_results", "clear_tool_results")
@@ -261,7 +267,7 @@ def test_a_summary_names_the_same_id_as_the_truncation_would() -> None:
 
 
 def test_the_truncate_strategy_names_the_span_in_the_marker() -> None:
-    messages = agent(9)
+    messages = agent(40)  # more rounds than the window holds as placeholders
     result = plan_compaction(recalling(situation(messages, strategy="truncate")), COUNTER)
     assert isinstance(result, Compacted)
     block = text(result.messages[1])

@@ -129,13 +129,17 @@ def test_the_omission_note_counts_what_earlier_notes_stood_for() -> None:
 
 
 def test_a_running_turn_still_too_big_after_its_results_are_cut_is_windowed_like_the_rest() -> None:
+    # Eighty rounds: over the usable input with every older result cut, and with every one
+    # a placeholder too. Only then are its oldest rounds folded.
     finished = agent_turns(2, rounds=1, size=60)
     running = [user("now the long step")]
-    for n in range(30):
+    for n in range(80):
         running += [assistant_calls(f"l{n}"), tool_result(f"l{n}", words(70, f"long{n}"))]
+    running[-2:-2] = [assistant_calls("ok"), tool_result("ok", "ok")]  # kept: no smaller
     messages = [*finished, *running]
     asked = situation(messages, window=2000)
     result = run(plan_compaction(asked, COUNTER))
+    assert "clear_recent" in result.steps
     assert "release_running" in result.steps
     assert result.tokens_after <= target_of(asked)
     assert result.messages[-2:] == messages[-2:]  # the newest round, whole
@@ -144,7 +148,8 @@ def test_a_running_turn_still_too_big_after_its_results_are_cut_is_windowed_like
 def test_a_running_turn_that_fits_once_its_results_are_cut_keeps_every_round() -> None:
     # Over the target but within the usable input once cut: the turn's rounds are what must
     # stay, so every call is forwarded (folded, an agent that cannot read them back runs them
-    # again) and the request lands above the target.
+    # again), the older results cut or left as placeholders, and the request lands at the
+    # target or, with what must stay above it, as near it as that lets.
     finished = agent_turns(2, rounds=1, size=60)
     running = [user("now the long step")]
     for n in range(12):
@@ -153,7 +158,7 @@ def test_a_running_turn_that_fits_once_its_results_are_cut_keeps_every_round() -
     asked = situation(messages, window=2000)
     result = run(plan_compaction(asked, COUNTER))
     assert "release_running" not in result.steps
-    assert result.tokens_after > target_of(asked)
+    assert result.tokens_after > target_of(asked) - 130  # not below it by a whole result
     assert result.fits
     calls = [m for m in result.messages if m.get("tool_calls")]
     assert len(calls) == 12
@@ -230,21 +235,48 @@ def test_a_released_task_does_not_bring_back_a_value_the_user_replaced_since() -
     assert "$500" not in block
 
 
-def test_a_running_turn_right_after_the_task_keeps_its_user_message_as_a_message() -> None:
+@pytest.mark.parametrize("rounds", [2, 40])
+def test_a_running_turn_right_after_the_task_keeps_its_user_message_as_a_message(
+    rounds: int,
+) -> None:
     """Found by tests/core/test_plan_floors.py: with the running turn's user message right
     after the pinned task, no window widened for it, and its rounds' truncation took the
-    message too, its words only a ledger bullet "in those turns", as if past."""
+    message too, its words only a ledger bullet "in those turns", as if past. Its rounds are
+    cut before any is folded: two rounds fit once cut, every call in place; forty do not fit
+    the window even cut, and the oldest are folded into the block before the ask."""
     ask = user("Never open port 1 on the bastion.")
-    messages = [
-        system(),
-        user("The task: fix it."),
-        ask,
-        assistant_calls("c1"),
-        tool_result("c1", words(2500)),
-        assistant_calls("c2"),
-        tool_result("c2", words(2500)),
-    ]
+    messages = [system(), user("The task: fix it."), ask]
+    for n in range(rounds):
+        messages += [assistant_calls(f"c{n}"), tool_result(f"c{n}", words(2500))]
     result = run(plan_compaction(situation(messages, window=2048, keep_recent=1), COUNTER))
     users = [m for m in result.messages if role(m) == "user"]
     assert users[-1] == ask  # in place, as sent, the last of the user's words
-    assert note_of(result.messages[result.messages.index(ask) - 1]) is not None  # the block
+    calls = [m for m in result.messages if role(m) == "assistant" and m.get("tool_calls")]
+    if rounds == 2:
+        assert len(calls) == rounds
+        assert "trim_recent" in result.steps
+        assert not notes_in(result.messages)
+    else:
+        assert "release_running" in result.steps
+        assert note_of(result.messages[result.messages.index(ask) - 1]) is not None  # the block
+
+
+def test_an_agent_s_first_turn_keeps_every_round_while_they_fit_at_their_least() -> None:
+    """Found by the long single turn of the bench (opencode's): an agent's first turn starts
+    at the pinned task, and no window was widened for it, so its rounds were cleared and
+    folded like history, the agent ran them again and never finished. They are what must
+    stay: the older results cut or left as placeholders, the newest whole, every call in
+    place, and nothing folded while the request fits."""
+    messages = [system(), user("Migrate the billing jobs to the new queue client.")]
+    for n in range(50):
+        call = assistant_calls(f"r{n}", name="read", arguments={"filePath": f"src/m{n}.py"})
+        messages += [call, tool_result(f"r{n}", f"src/m{n}.py " + words(600, f"line{n}"))]
+    result = run(plan_compaction(situation(messages, window=6000), COUNTER))
+    assert "release_running" not in result.steps
+    calls = [m for m in result.messages if m.get("tool_calls")]
+    assert len(calls) == 50
+    assert result.tokens_after <= target_of(situation(messages, window=6000))
+    assert not notes_in(result.messages)
+    assert result.messages[-1] == messages[-1]  # the newest, whole
+    assert any(is_cleared(m) for m in result.messages)  # the oldest as placeholders
+    assert result.fits

@@ -1,9 +1,11 @@
 """A long single turn's folded rounds are listed in the block, call by call, through every fold.
 
 opencode-style: one user message, then 25 rounds of tool calls under it, in a window that
-cannot hold them. Each request is the last one's forwarded messages and the next round, as
-the checkpoint makes it. Before the block listed the calls, the rounds it folded left nothing
-that said what was done, and an agent that judges its progress from its history started over.
+cannot hold them even with every older result cut or left as a placeholder (a running turn's
+rounds are cut before any is folded). Each request is the last one's forwarded messages and
+the next round, as the checkpoint makes it. Before the block listed the calls, the rounds it
+folded left nothing that said what was done, and an agent that judges its progress from its
+history started over.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def listed(result: Compacted) -> list[str]:
 
 
 def test_every_call_of_the_turn_is_forwarded_or_listed_in_order_with_its_recall_id() -> None:
-    budget = request_budget(4096, TOOLS, output_reserved=512, margin_share=0.03)
+    budget = request_budget(1536, TOOLS, output_reserved=256, margin_share=0.03)
     messages = [system("You are opencode."), user("Refactor the parser; keep the tests green.")]
     notes: frozenset[str] = frozenset()
     folded = 0

@@ -8,7 +8,7 @@ import itertools
 import math
 from collections.abc import Callable
 
-from proxy.core import artifacts
+from proxy.core import artifacts, turn_calls
 from proxy.core import statements as ledger
 from proxy.core.messages import (
     Message,
@@ -29,9 +29,32 @@ def fit_block(work: Work, *, shed: bool = False) -> None:
     ledger's chatter, each part in proportion to its size, only as far as the target still
     needs, and only when that reaches it (`shed`: the trail's ids and the ledger's
     specifics and task too, see `shed_block`)."""
-    fitted = _fit_note(work, work.block, shed=shed)
-    if fitted is not None:
-        work.note, work.block = fitted
+    done = _fit_note(work, work.block, shed=shed)
+    if done is not None:
+        work.note, work.block = done
+
+
+def block_slack(work: Work) -> int:
+    """What fitting a block could take at the most: the one written in this compaction, or
+    without one the newest earlier note (`fit_earlier`, shed with recall on); what a cut
+    elsewhere need not take when the block gives it."""
+    shed = False
+    block = work.block
+    if block is None:
+        earlier = _earlier_notes(work)
+        block, shed = (earlier[-1] if earlier else None), work.situation.recall is not None
+    if block is None or _block_index(work, block) is None:
+        return 0
+    count = work.counter.text
+    return max(count(block) - count(fitted(block, count(block), count, shed=shed)[1]), 0)
+
+
+def _earlier_notes(work: Work) -> list[str]:
+    """The notes of earlier compactions the conversation holds, oldest first."""
+    notes = (
+        work.note_of(m) or next(iter(work.detach_notes(m)[1][-1:]), None) for m in work.messages
+    )
+    return [note for note in notes if note is not None and note != work.block]
 
 
 def fit_earlier(work: Work) -> None:
@@ -40,10 +63,7 @@ def fit_earlier(work: Work) -> None:
     that stands inside the running turn (a client's compaction block, which the client
     keeps after its latest user message) or alone before it cannot be evicted, and the turn
     grows by a round a request."""
-    notes = (
-        work.note_of(m) or next(iter(work.detach_notes(m)[1][-1:]), None) for m in work.messages
-    )
-    earlier = [note for note in notes if note is not None and note != work.block]
+    earlier = _earlier_notes(work)
     if not earlier:
         return
     if _fit_note(work, earlier[-1]) is None and work.situation.recall is not None:
@@ -60,11 +80,11 @@ def _fit_note(work: Work, block: str | None, *, shed: bool = False) -> tuple[str
     excess = work.total() - work.target
 
     def fitted_to(excess: int) -> tuple[str, str, list[Message], int]:
-        note, fitted = _fitted(block, excess, count.text, shed=shed)
+        note, shortened = fitted(block, excess, count.text, shed=shed)
         messages = list(work.messages)
-        messages[found] = replace_note(messages[found], block, fitted)
+        messages[found] = replace_note(messages[found], block, shortened)
         over = count.messages(messages) + work.tools + work.beside - work.target
-        return note, fitted, messages, over
+        return note, shortened, messages, over
 
     # A block that cannot be made small enough stays whole: the request lands above the
     # target (it still fits), and nothing the block carries is lost for no gain.
@@ -72,7 +92,7 @@ def _fit_note(work: Work, block: str | None, *, shed: bool = False) -> tuple[str
     if barest[3] > 0:
         return None
     for _ in range(CUT_ATTEMPTS):
-        note, fitted, messages, over = fitted_to(excess)
+        note, shortened, messages, over = fitted_to(excess)
         # Each part's saving is counted apart; the message as a whole can count a little
         # more (tokens merge differently at the joins): the overshoot is cut again, and
         # short of the target after a few tries the barest block is taken.
@@ -80,21 +100,25 @@ def _fit_note(work: Work, block: str | None, *, shed: bool = False) -> tuple[str
             break
         excess += over
     else:
-        note, fitted, messages, _ = barest
-    work.notes.add(note_digest(fitted))
+        note, shortened, messages, _ = barest
+    work.notes.add(note_digest(shortened))
     work.update(messages, "fit_block")
-    return note, fitted
+    return note, shortened
 
 
-def _fitted(
+def fitted(
     block: str, excess: int, count: Callable[[str], int], *, shed: bool = False
 ) -> tuple[str, str]:
     """`block` less `excess` tokens where it can be (see `fit_block`): its text without
-    ledger and trail, and the block."""
+    ledger and trail (the running turn's calls listed in it), and the block."""
     rest, kept = ledger.without_ledger(block)
     note, trail = artifacts.without_trail(rest)
+    # The running turn's calls stay listed whatever else goes: a call no message and no line
+    # names is one the agent runs again.
+    note, calls = turn_calls.without_calls(note)
     shortened = _shortened(note, count(note) - excess, count)
     excess -= count(note) - count(shortened)
+    shortened = turn_calls.with_calls(shortened, calls)
     if excess > 0:
         # The rest from the trail and the ledger in proportion to their sizes: each keeps
         # what ranks first in it (the ids and the leading paths; the user's rules,

@@ -5,6 +5,7 @@ oldest first and each only as far as the goal still needs."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from proxy.core import pastes
 from proxy.core import statements as ledger
@@ -24,8 +25,10 @@ from proxy.core.tool_results import (
     trim,
 )
 
-# A trimmed message keeps at least this many tokens: less than that is all note and no text.
+# A trimmed message keeps at least this many tokens of its text: less is all note and no text.
 _MIN_CUT = 64
+LEAST_CUT = NOTE_ALLOWANCE + _MIN_CUT
+"""The least a cut takes, its note with it."""
 _PASTE_KEPT = 96
 """What an old paste keeps of its head and tail, beside the user's words (like a cleared
 result's placeholder, enough to say what it was)."""
@@ -90,42 +93,124 @@ def _paste_cut(work: Work, index: int, size: int) -> Message:
     return {**message, "content": cut}
 
 
-def trim_recent(work: Work) -> None:
+def trim_recent(work: Work, *, newest: bool = True, slack: int = 0) -> None:
     """Cut the recent window's tool results (the running turn's, the one the user asks about)
     to head and tail, the oldest first, until the target is reached: the newest results are
-    cut, never cleared or dropped. (A paste the window holds fits it: the window is bounded
-    by the room the target leaves, and a paste is never the newest unit or the running
-    turn's tool exchange, the two it holds whatever their size.)"""
+    cut, never cleared or dropped while they fit cut, and none below its fair share of the
+    room. The newest result of all is cut only when that reaches the target, and only with
+    `newest` (after the block is fitted: the block's last summary lines and chatter are
+    worth less than what the model just asked for); short of the target, it is what must
+    stay. (A paste the window holds fits it: the window is bounded by the room the target
+    leaves, and a paste is never the newest unit or the running turn's tool exchange, the
+    two it holds whatever their size.) `slack`: what fitting the block can still give, which
+    the newest result's cut need not."""
+    results = _recent_results(work, _worth_cutting)
+    last = results[-1:] if results and _is_newest(work, results[-1]) else []
+    if results:
+        _cut_oldest_first(
+            work,
+            results,
+            "trim_recent",
+            Goal(work.target, slack=slack),
+            spared=() if newest else last,
+            reaching=last,
+        )
+
+
+def clear_recent(work: Work) -> None:
+    """The next form down for a recent window that does not fit the usable input with its
+    results cut to their least (a long single turn in a small window): every result but the
+    newest as its placeholder, all at once (the prompt cache is lost from the first one
+    either way), before any round is folded. A placeholder keeps the round, names the
+    result's recall id and what it mentioned, and shows none of it. Only where the strategy
+    clears results (`auto`, `clear_tool_results`): one that only truncates or summarizes
+    folds the rounds instead."""
+    clears = work.situation.policy.strategy in ("auto", "clear_tool_results")
+    if not clears or work.total() <= work.allowances.limit:
+        return
+    results = _recent_results(work, lambda w, i: is_tool_result(w.messages[i]))
+    newest = results[-1:] if results and _is_newest(work, results[-1]) else []
+    messages = list(work.messages)
+    for index in results:
+        if index in newest or is_cleared(messages[index]) or work.holds_note(messages[index]):
+            continue
+        placeholder = _placeholder(work, index)
+        if work.counter.message(placeholder) < work.counter.message(messages[index]):
+            messages[index] = placeholder
+    work.update(messages, "clear_recent")
+
+
+def _recent_results(work: Work, eligible: Callable[[Work, int], bool]) -> list[int]:
+    """The recent window's messages that `eligible` takes, the working set's latest copy
+    apart."""
     start = min(work.pins.recent, len(work.messages))
     working = work.working_at()
-    results = [
-        i for i in range(start, len(work.messages)) if i != working and _worth_cutting(work, i)
-    ]
-    if results:
-        _cut_oldest_first(work, results, "trim_recent", work.target)
+    return [i for i in range(start, len(work.messages)) if i != working and eligible(work, i)]
+
+
+def _is_newest(work: Work, index: int) -> bool:
+    """Whether message `index` is the conversation's newest tool result."""
+    return not any(is_tool_result(m) for m in work.messages[index + 1 :])
 
 
 def _worth_cutting(work: Work, index: int) -> bool:
-    """Whether message `index` is a tool result a cut would make smaller by more than its
-    note: one hardly bigger than a cut's note and least text stays whole."""
+    """Whether message `index` is a tool result a cut would make smaller by more than a few
+    lines: one hardly bigger than a cut's least (its note and a few lines) stays whole."""
     message = work.messages[index]
-    return is_tool_result(message) and work.counter.message(message) > NOTE_ALLOWANCE + 2 * _MIN_CUT
+    return is_tool_result(message) and work.counter.message(message) > LEAST_CUT + _MIN_CUT
 
 
-def _cut_oldest_first(work: Work, indices: list[int], step: str, goal: int) -> None:
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """Where a round of cuts aims: `tokens` in all, no cut below `least` (a cut's least,
+    `LEAST_CUT`: its note and a few lines; less where the goal is the window, which comes
+    before a few lines of text), and `slack` that fitting the block can still give."""
+
+    tokens: int
+    least: int = LEAST_CUT
+    slack: int = 0
+
+
+def _cut_oldest_first(
+    work: Work,
+    indices: list[int],
+    step: str,
+    goal: Goal,
+    *,
+    spared: Sequence[int] = (),
+    reaching: Sequence[int] = (),
+) -> None:
     """Cut messages `indices` to head and tail, the oldest first and each only as far as
-    `goal` still needs: the newest result is the last to be cut. Short of the goal with all
-    of them cut, the conversation lands as low as cutting takes it (landing just under the
-    usable input would leave it over the trigger, to be compacted again on the next turn)."""
-    count = work.counter.message
+    `goal` still needs, and none below its fair share of the room they have at the goal
+    (`fair_share`) or the goal's least: the newest is the last to be cut, and never to a
+    stub while older ones keep more. Those `spared` count in the shares but are not cut;
+    those `reaching` (the newest result) keep at least the least, and stay whole where
+    cutting them to it would still miss the goal, the block's slack given too. Short of
+    the goal with the others at their share, the conversation lands as low as cutting takes
+    it (landing just under the usable input would leave it over the trigger, to be compacted
+    again on the next turn)."""
+    count, least = work.counter.message, goal.least
     total = work.total()
     messages = list(work.messages)
-    for index in indices:
-        tokens = count(messages[index])
-        wanted = tokens - (total - goal)
-        if total <= goal or tokens <= max(wanted, _MIN_CUT):
+    sizes = [count(messages[index]) for index in indices]
+    room = goal.tokens - (total - sum(sizes))
+    share = fair_share(sizes, room)
+    newest = [i for i in indices if i in reaching]
+    if newest and share < least:
+        # What the model just asked for keeps at least a cut's least: the others share the
+        # rest of the room.
+        rest = [size for i, size in zip(indices, sizes, strict=True) if i not in newest]
+        share = fair_share(rest, room - least * len(newest))
+    for index, tokens in zip(indices, sizes, strict=True):
+        wanted = tokens - (total - goal.tokens)
+        if index in spared or total <= goal.tokens:
             continue
-        cut = _cut_to(work, index, max(wanted, _MIN_CUT))
+        if index in newest and wanted + goal.slack < least:
+            continue  # cut to its least, it would still miss the goal: it stays whole
+        size = max(wanted, share, least)
+        if tokens <= size:
+            continue
+        cut = _cut_to(work, index, size, least)
         saved = tokens - count(cut)
         # A cut barely under its note's size can come out no smaller: the message stays whole.
         messages[index] = cut if saved > 0 else messages[index]
@@ -133,7 +218,28 @@ def _cut_oldest_first(work: Work, indices: list[int], step: str, goal: int) -> N
     work.update(messages, step)
 
 
-def _cut_to(work: Work, index: int, size: int) -> Message:
+def _placeholder(work: Work, index: int) -> Message:
+    """Tool result `index` as clearing leaves an old one: one line with its recall id."""
+    message = work.messages[index]
+    rid = work.recall_of([message])
+    tokens = work.counter.message(message)
+    return clear(message, work.tool_name(index), tokens, work.mentions.names(message), rid)
+
+
+def fair_share(sizes: Sequence[int], room: int) -> int:
+    """The most each of messages of `sizes` may keep for all of them to take `room` tokens:
+    those under it stay whole and give what they leave to the others (max-min fairness, as
+    water fills the deepest vessels last). Everything fitting, the largest size."""
+    left, waiting = room, len(sizes)
+    for size in sorted(sizes):
+        share = max(left, 0) // waiting
+        if size > share:
+            return share
+        left, waiting = left - size, waiting - 1
+    return max(sizes, default=0)
+
+
+def _cut_to(work: Work, index: int, size: int, least: int) -> Message:
     """Message `index` cut to head and tail at about `size` tokens: a cut lands near its
     size, not on it (characters per token vary along a text), so one that overshoots is
     made again from the original, smaller by the overshoot."""
@@ -144,8 +250,8 @@ def _cut_to(work: Work, index: int, size: int) -> Message:
     count = work.counter.text
     cut = trim(original, max_tokens=cap, count=count, tool_name=name, names=names, recall=rid)
     over = work.counter.message(cut) - size
-    while over > 0 and cap > _MIN_CUT and attempts < CUT_ATTEMPTS:
-        cap, attempts = max(cap - over, _MIN_CUT), attempts + 1
+    while over > 0 and cap > least and attempts < CUT_ATTEMPTS:
+        cap, attempts = max(cap - over, least), attempts + 1
         cut = trim(original, max_tokens=cap, count=count, tool_name=name, names=names, recall=rid)
         over = work.counter.message(cut) - size
     return cut
@@ -170,7 +276,7 @@ def cap_recent(work: Work) -> None:
             if _cappable(work, i) and (last_resort or i != working)
         ]
         if indices and work.total() > goal:
-            _cut_oldest_first(work, indices, "cap_recent", goal)
+            _cut_oldest_first(work, indices, "cap_recent", Goal(goal, least=_MIN_CUT))
 
 
 def _cappable(work: Work, index: int) -> bool:

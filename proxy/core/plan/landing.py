@@ -3,8 +3,8 @@ it, each only while it is still above (see the package's docstring)."""
 
 from __future__ import annotations
 
-from proxy.core.plan.block import fit_block, fit_earlier
-from proxy.core.plan.cuts import cap_recent, clear_old, trim_recent
+from proxy.core.plan.block import block_slack, fit_block, fit_earlier
+from proxy.core.plan.cuts import cap_recent, clear_old, clear_recent, trim_recent
 from proxy.core.plan.eviction import Eviction
 from proxy.core.plan.work import Work
 
@@ -12,11 +12,24 @@ from proxy.core.plan.work import Work
 def land(work: Work) -> None:
     """Bring `work` to its target by the fixed order of reductions, each only while it is
     still above, as far as that is possible."""
-    steps = (clear_old, _truncate_rest, _release_task, trim_recent, fit_block)
-    for step in (*steps, _release_running, fit_block, cap_recent, _shed_block, fit_earlier):
+    steps = (clear_old, _truncate_rest, _release_task, _trim_older, fit_block, _trim_newest)
+    # Once rounds are folded, the newest result may have the share it lacked before.
+    folding = (clear_recent, _release_running, fit_block, _trim_newest, fit_block, cap_recent)
+    for step in (*steps, *folding, _shed_block, fit_earlier):
         if work.done():
             return
         step(work)
+
+
+def _trim_older(work: Work) -> None:
+    """The recent window's results cut, the newest apart (cut after the block is fitted)."""
+    trim_recent(work, newest=False)
+
+
+def _trim_newest(work: Work) -> None:
+    """The recent window's results cut, the newest too where that (and fitting the block
+    after it) reaches the target."""
+    trim_recent(work, slack=block_slack(work))
 
 
 def _truncate_rest(work: Work) -> None:

@@ -39,7 +39,7 @@ NOTE_OVERHEAD = 48
 # Steps that finish a landing; the strategy reported is the last step that is not one (or
 # "summarize", when a summary stands in the result).
 _FINISHING = frozenset(
-    {"release_task", "trim_recent", "fit_block", "release_running", "cap_recent"}
+    {"release_task", "trim_recent", "fit_block", "clear_recent", "release_running", "cap_recent"}
 )
 
 
