@@ -319,8 +319,9 @@ class CellResult:
     them, byte for byte (`bench.thinking`; when thinking is on)."""
     # Issue 38's client shapes (`bench.shapes`): each judged where the workload has it.
     floors: list[float] = field(default_factory=list)
-    """What had to stay of each answered request (instructions, working set, ask) as a share
-    of the usable input, in the same order as `pressures` (nan where nothing is judged)."""
+    """What had to stay of each answered request (instructions, working set, ask, and the
+    running turn's rounds at their least: `MatrixClient.running_floor`) as a share of the
+    usable input, in the same order as `pressures` (nan where nothing is judged)."""
     unit_share: float = float("nan")
     """The largest unit of the history a compaction could remove, as a share of the usable
     input: how far a landing may be from where it should land."""
@@ -395,15 +396,13 @@ class CellResult:
         return stated if math.isfinite(stated) else self.target
 
     def above_target(self, index: int) -> bool:
-        """Whether answered request `index` landed above its target. The headers say the
-        pressure and the target to 4 decimals: a landing on the target itself can read up
-        to a unit of the last one above it."""
-        return self.pressures[index] > self.target_of(index) + 1e-4
-
-    @property
-    def has_floors(self) -> bool:
-        """Whether what had to stay of its requests is known (a working set's cells)."""
-        return any(math.isfinite(floor) for floor in self.floors)
+        """Whether answered request `index` landed above its target, or above what had to
+        stay of it where that is higher (`floors`). The headers say the pressure and the
+        target to 4 decimals: a landing on the target itself can read up to a unit of the
+        last one above it."""
+        floor = self.floors[index] if index < len(self.floors) else math.nan
+        aim = max(self.target_of(index), floor if math.isfinite(floor) else 0.0)
+        return self.pressures[index] > aim + 1e-4
 
     @property
     def summary_cache_share(self) -> float:

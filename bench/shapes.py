@@ -13,7 +13,7 @@ turn it carried (`forwarded.locate`):
 - `paste_free`: no line of a user's paste among the ledger's entries (a paste is data; the
   ledger is for what the user said);
 - `newest_whole`: the tool result a request ends with (the one the model just asked for)
-  forwarded whole, unless the request is above the target;
+  forwarded whole, unless the request would be above its target with it whole;
 - `calls_named`: every round of the running turn a request no longer carries (folded into
   the block) named in the block, its tool and its arguments, so that the agent knows it ran;
 - `earlier_said`: every sentence the user said before the running turn somewhere in the
@@ -137,11 +137,13 @@ def paste_free(requests: Sequence[Sequence[Message]], pastes: Sequence[str]) -> 
 def newest_whole(
     requests: Sequence[Sequence[Message]],
     outputs: Mapping[str, str],
-    pressure: Callable[[int], float],
-    target: float,
+    pressure: Callable[[int, int], float],
+    target: Callable[[int], float],
+    count: Callable[[str], int],
 ) -> Tally:
     """Requests ending with a tool result the client sent that forward it whole; one that
-    cut it is a miss unless its pressure (`pressure(index)`) is above `target`."""
+    cut it is a miss unless the request would have been above its target (`target(index)`)
+    with the result whole (`pressure(index, tokens)`: its pressure with `tokens` more)."""
     counting = Counting()
     for index, messages in enumerate(requests):
         last = messages[-1] if messages else None
@@ -152,11 +154,11 @@ def newest_whole(
         if shown == sent:
             counting.add("")
             continue
-        at = pressure(index)
-        if at <= target:
+        at = pressure(index, count(sent) - count(shown))
+        if at <= target(index):
             counting.add(
-                f"request {index + 1}: {len(shown):,} of its {len(sent):,} characters at "
-                f"pressure {at:.3f}"
+                f"request {index + 1}: {len(shown):,} of its {len(sent):,} characters, "
+                f"{at:.3f} with it whole"
             )
     return counting.tally()
 

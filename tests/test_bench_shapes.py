@@ -73,14 +73,23 @@ def test_the_ledger_order_and_its_paste_lines_are_read_from_the_block() -> None:
 
 
 def test_the_newest_result_may_be_cut_only_above_the_target() -> None:
-    result = {"role": "tool", "tool_call_id": "c1", "content": "head ... tail"}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "cut"}
     whole = {"role": "tool", "tool_call_id": "c1", "content": "the whole result"}
-    requests = [[_user("x"), whole], [_user("x"), result], [_user("x"), result]]
-    pressures = {0: 0.3, 1: 0.4, 2: 0.9}
-    tally = shapes.newest_whole(requests, {"c1": "the whole result"}, pressures.__getitem__, 0.5)
-    assert (tally.held, tally.judged) == (1, 2)  # the third is above the target: not judged
+    requests = [[_user("x"), whole], [_user("x"), result], [_user("x"), result], [result]]
+    pressures = {0: 0.3, 1: 0.4, 2: 0.9, 3: 0.49}
+
+    def pressure(index: int, more: int) -> float:
+        return pressures[index] + more / 100  # each token the cut took: 0.01 more
+
+    def count(text: str) -> int:
+        return len(text.split())
+
+    outputs = {"c1": "the whole result"}
+    tally = shapes.newest_whole(requests, outputs, pressure, lambda _: 0.5, count)
+    # The third is above the target, the fourth only with its result whole: neither judged.
+    assert (tally.held, tally.judged) == (1, 2)
     assert "request 2:" in tally.details[0]
-    assert "pressure 0.400" in tally.details[0]
+    assert "0.420 with it whole" in tally.details[0]
 
 
 def test_a_folded_round_must_be_named_by_its_tool_and_arguments() -> None:

@@ -252,6 +252,10 @@ def _read_upstream(client: MatrixClient) -> None:
     cell.prefix_stable_share = _prefix_stable_share([client.conversation(b) for b in bodies])
     last = client.seen(bodies[-1]) if bodies else ""
     cell.checks = [Check(s.kind, s.key, s.key in last) for s in client.workload.checks]
+    tools = _tools(client.workload, cell.api)
+    offered = [*tools, recall.tool(cell.api == "responses")]
+    counter = client.counter
+    cell.tool_tokens = counter.tools({"tools": offered}) - counter.tools({"tools": tools})
     _judge_forwarded(client, bodies)
     if client.workload.asked:
         _judge_recall(client, bodies)
@@ -291,10 +295,6 @@ def _judge_recall(client: MatrixClient, bodies: list[Any]) -> None:
     first = min(texts.index(asked.question) for asked in workload.asked)
     if first < len(client.first_calls):
         cell.prompts_before = upstream.prompt_tokens[: client.first_calls[first]]
-    tools = _tools(workload, cell.api)
-    offered = [*tools, recall.tool(cell.api == "responses")]
-    counter = client.counter
-    cell.tool_tokens = counter.tools({"tools": offered}) - counter.tools({"tools": tools})
 
 
 def _judge_forwarded(client: MatrixClient, bodies: list[Any]) -> None:

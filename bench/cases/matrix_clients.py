@@ -51,8 +51,10 @@ from bench.workloads import UserTurn, Workload, tool_output
 from proxy.core.budget import Budget, request_budget
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy
+from proxy.core.recall import recall_id
 from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
+from proxy.core.tool_results import clear
 from proxy.demo.streams import StreamedMessage, StreamedResponse
 from proxy.mock_upstream import MockUpstream, Recorded, responses_prompt_tokens
 
@@ -106,6 +108,11 @@ def must_stay(workload: Workload, turn: UserTurn, counter: TokenCounter) -> int:
         {"role": "user", "content": turn.text},
     ]
     return counter.request({"messages": kept, "tools": list(workload.tools)})
+
+
+LEAST_RESULT: Final = 128
+"""An older tool result no longer than this may be forwarded whole: a one-line placeholder
+would save next to nothing."""
 
 
 def _path(call: Call) -> str | None:
@@ -168,8 +175,9 @@ class MatrixClient:
     asking: str = ""
     """The running turn's user message."""
     floor: float = float("nan")
-    """What must stay of the running turn's requests (the instructions, the working set, the
-    ask) as a share of the usable input; nan where the workload has no working set."""
+    """What must stay of the running turn's next request (the instructions, the working set,
+    the ask, its rounds at their least) as a share of the usable input; nan where the
+    workload judges none."""
 
     def start(self) -> None:
         """The history's start: the API's head, then the workload's preamble."""
@@ -193,6 +201,8 @@ class MatrixClient:
         cap = _ROUNDS_CAP * len(turn.tool_tokens) + 2
         while True:
             self.cell.model_calls += 1
+            if self.workload.running_turn:
+                self.floor = self.running_floor(turn, ran)
             try:
                 calls = await self._complete()
             except (openai.APIError, anthropic.APIError, StreamFailedError) as exc:
@@ -231,6 +241,32 @@ class MatrixClient:
         self.working = [self._user(turn.working_set), self._assistant(self.workload.working_reply)]
         tokens = must_stay(self.workload, turn, self.counter)
         self.floor = cell_budget(self.cell.window).pressure(tokens)
+
+    def running_floor(self, turn: UserTurn, ran: list[str]) -> float:
+        """What must stay of the running turn's next request, as a share of the usable
+        input: what `must_stay` counts, every call the turn made, each older result at its
+        least (`_least`) and the newest whole (our count, in chat's form)."""
+        tokens = must_stay(self.workload, turn, self.counter)
+        for index, call_id in enumerate(ran):
+            name, arguments = self.call_args[call_id]
+            function = {"name": name, "arguments": arguments}
+            call = {"id": call_id, "type": "function", "function": function}
+            tokens += self.counter.message({"role": "assistant", "tool_calls": [call]})
+            output = {"role": "tool", "tool_call_id": call_id, "content": self.outputs[call_id]}
+            last = index == len(ran) - 1
+            tokens += self.counter.message(output if last else self._least(output, name))
+        return cell_budget(self.cell.window).pressure(tokens)
+
+    def _least(self, result: Message, tool: str) -> Message:
+        """What an older result of the running turn may be cut to at the least, its round
+        kept (a folded round is one an agent may run again): itself when short (a
+        placeholder would save next to nothing), else the placeholder old results are
+        cleared to, naming its tool, its size, what it mentioned and its recall id."""
+        size = self.counter.message(result)
+        if size <= LEAST_RESULT:
+            return result
+        rid = recall_id("bench", [result]) if self.cell.recall else None
+        return clear(result, tool, size, recall=rid)
 
     def outgoing(self) -> list[Any]:
         """The history as the client sends it: the running turn's working set (if any) just

@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any, Final
 
 from bench import forwarded, shapes
+from bench import recall as recall_judge
 from bench.cases.matrix_clients import MatrixClient, cell_budget, must_stay
 from bench.workloads import Workload, WorkloadKey
+from proxy.core.messages import Message, role
 from proxy.core.tokens import TokenCounter
 
 SHAPES: Final[frozenset[WorkloadKey]] = frozenset(
@@ -39,6 +41,8 @@ def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
     # still sent before that (`condensed_at` says from which request on it is not).
     located = forwarded.locate(requests, texts, client.calls)
     cell.running_verbatim = shapes.running_verbatim(requests, located, texts)
+    if workload.running_turn:
+        _add_history_floors(client, bodies, requests, located, texts)
     cell.unit_share = unit_share(workload, cell.window, client.counter)
     if any(turn.working_set for turn in workload.turns):
         budget = cell_budget(cell.window)
@@ -53,10 +57,13 @@ def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
     if workload.tools:
         budget = cell_budget(cell.window)
 
-        def pressure(index: int) -> float:
-            return budget.pressure(client.body_tokens(bodies[index]))
+        def pressure(index: int, more: int) -> float:
+            return budget.pressure(client.body_tokens(bodies[index]) + more)
 
-        cell.newest_whole = shapes.newest_whole(requests, client.outputs, pressure, cell.target)
+        count = client.counter.text
+        cell.newest_whole = shapes.newest_whole(
+            requests, client.outputs, pressure, cell.target_of, count
+        )
     if workload.name_calls:
         cell.calls_named = shapes.calls_named(
             requests, located, client.calls, client.call_args, client.condensed_at
@@ -64,6 +71,34 @@ def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
     if any(turn.sentences for turn in workload.turns):
         said = [turn.sentences for turn in workload.turns]
         cell.earlier_said = shapes.earlier_said(requests, located, said)
+
+
+def _add_history_floors(
+    client: MatrixClient,
+    bodies: list[Any],
+    requests: list[list[Message]],
+    located: list[shapes.Located],
+    texts: list[str],
+) -> None:
+    """Add to what had to stay of each request (`CellResult.floors`, counted by the client
+    before it sent it) what the proxy adds (`context_recall`'s schema, once it offers it)
+    and what stands for the history before the running turn: the pinned task (the first
+    turn's ask, opening the conversation) and the compaction block, as forwarded. The
+    block's least is the proxy's to size (it keeps one whole that shrinking could not bring
+    to the target, `fit_block`): the floor takes it as it came, and judges what else the
+    landing kept."""
+    floors, counter = client.cell.floors, client.counter
+    if len(floors) != len(requests):
+        return  # the proxy answered some requests itself (a recall round): no alignment
+    budget = cell_budget(client.cell.window)
+    for index, (messages, where) in enumerate(zip(requests, located, strict=True)):
+        extra = client.cell.tool_tokens if recall_judge.offers(bodies[index]) else 0
+        if where is not None and where[0] > 0:
+            # The first turn's history is its own task, counted with its ask.
+            users = [forwarded.user_text(m) for m in messages if role(m) == "user"]
+            task = users[0] if users and users[0] == texts[0] else ""
+            extra += counter.text(forwarded.block(messages)) + counter.text(task)
+        floors[index] += budget.pressure(extra)
 
 
 def unit_share(workload: Workload, window: int, counter: TokenCounter) -> float:
