@@ -50,11 +50,12 @@ from bench.measures import CellResult
 from bench.workloads import UserTurn, Workload, tool_output
 from proxy.core.budget import Budget, request_budget
 from proxy.core.messages import Message
+from proxy.core.plan.cuts import LEAST_CUT, WORTH_CUTTING
 from proxy.core.policy import ContextPolicy
 from proxy.core.recall import recall_id
 from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
-from proxy.core.tool_results import clear
+from proxy.core.tool_results import clear, trim
 from proxy.demo.streams import StreamedMessage, StreamedResponse
 from proxy.mock_upstream import MockUpstream, Recorded, responses_prompt_tokens
 
@@ -245,28 +246,46 @@ class MatrixClient:
     def running_floor(self, turn: UserTurn, ran: list[str]) -> float:
         """What must stay of the running turn's next request, as a share of the usable
         input: what `must_stay` counts, every call the turn made, each older result at its
-        least (`_least`) and the newest whole (our count, in chat's form)."""
+        least and the newest whole (our count, in chat's form). An older result's least is
+        the proxy's least cut (`LEAST_CUT`: its note and a few lines) while the request fits
+        the usable input with them, else the placeholder of a cleared result."""
         tokens = must_stay(self.workload, turn, self.counter)
+        cut = placeholders = 0
         for index, call_id in enumerate(ran):
             name, arguments = self.call_args[call_id]
             function = {"name": name, "arguments": arguments}
             call = {"id": call_id, "type": "function", "function": function}
             tokens += self.counter.message({"role": "assistant", "tool_calls": [call]})
             output = {"role": "tool", "tool_call_id": call_id, "content": self.outputs[call_id]}
-            last = index == len(ran) - 1
-            tokens += self.counter.message(output if last else self._least(output, name))
-        return cell_budget(self.cell.window).pressure(tokens)
+            if index == len(ran) - 1:
+                tokens += self.counter.message(output)
+                continue
+            cut += self.counter.message(self._cut(output, name))
+            placeholders += self.counter.message(self._placeholder(output, name))
+        budget = cell_budget(self.cell.window)
+        fitting = budget.pressure(tokens + cut) <= 1.0
+        return budget.pressure(tokens + (cut if fitting else placeholders))
 
-    def _least(self, result: Message, tool: str) -> Message:
-        """What an older result of the running turn may be cut to at the least, its round
-        kept (a folded round is one an agent may run again): itself when short (a
-        placeholder would save next to nothing), else the placeholder old results are
-        cleared to, naming its tool, its size, what it mentioned and its recall id."""
+    def _recall(self, result: Message) -> str | None:
+        return recall_id("bench", [result]) if self.cell.recall else None
+
+    def _cut(self, result: Message, tool: str) -> Message:
+        """An older result of the running turn at the proxy's least cut: itself when a cut
+        would hardly make it smaller (`_worth_cutting`), else its head and tail."""
+        if self.counter.message(result) <= WORTH_CUTTING:
+            return result
+        count = self.counter.text
+        recall = self._recall(result)
+        return trim(result, max_tokens=LEAST_CUT, count=count, tool_name=tool, recall=recall)
+
+    def _placeholder(self, result: Message, tool: str) -> Message:
+        """An older result of the running turn cleared, its round kept (a folded round is one
+        an agent may run again): itself when short (a placeholder would save next to
+        nothing), else the placeholder naming its tool, its size and its recall id."""
         size = self.counter.message(result)
         if size <= LEAST_RESULT:
             return result
-        rid = recall_id("bench", [result]) if self.cell.recall else None
-        return clear(result, tool, size, recall=rid)
+        return clear(result, tool, size, recall=self._recall(result))
 
     def outgoing(self) -> list[Any]:
         """The history as the client sends it: the running turn's working set (if any) just

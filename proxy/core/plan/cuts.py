@@ -29,6 +29,8 @@ from proxy.core.tool_results import (
 _MIN_CUT = 64
 LEAST_CUT = NOTE_ALLOWANCE + _MIN_CUT
 """The least a cut takes, its note with it."""
+WORTH_CUTTING = LEAST_CUT + _MIN_CUT
+"""A tool result no longer than this stays whole: a cut to its least would hardly save."""
 _PASTE_KEPT = 96
 """What an old paste keeps of its head and tail, beside the user's words (like a cleared
 result's placeholder, enough to say what it was)."""
@@ -157,7 +159,7 @@ def _worth_cutting(work: Work, index: int) -> bool:
     """Whether message `index` is a tool result a cut would make smaller by more than a few
     lines: one hardly bigger than a cut's least (its note and a few lines) stays whole."""
     message = work.messages[index]
-    return is_tool_result(message) and work.counter.message(message) > LEAST_CUT + _MIN_CUT
+    return is_tool_result(message) and work.counter.message(message) > WORTH_CUTTING
 
 
 @dataclass(frozen=True, slots=True)
