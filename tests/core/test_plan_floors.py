@@ -21,18 +21,22 @@ the plan is resolved, over many seeds: `pytest tests/core/test_plan_floors.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.core import artifacts, pastes, turn_calls
 from proxy.core import statements as ledger
-from proxy.core.budget import request_budget
+from proxy.core.budget import Budget, request_budget
 from proxy.core.digests import digest
 from proxy.core.messages import Message, role, text, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, plan_compaction, plan_emergency
+from proxy.core.plan.layers import WORTH_SHARE
+from proxy.core.plan.situation import Allowances
 from proxy.core.policy import STRATEGIES, ContextPolicy
+from proxy.core.room import in_room
 from proxy.core.statements import Statement
 from proxy.core.summary import detach_notes, note_digest, notes_in
 from proxy.core.tool_results import clear
@@ -250,3 +254,50 @@ def test_no_round_of_the_running_turn_is_folded_while_they_fit_at_their_least(
     result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
     if isinstance(result, Compacted):
         check_the_turn_rounds(case, result)
+
+
+@st.composite
+def fitting_case(draw: st.DrawFn) -> Case:
+    """A case whose request, not forced, lies between its trigger and the usable input: the
+    usable input chosen for it (from the head's size, so that the trigger is of the room
+    the head leaves, as the plan reckons it)."""
+    drawn = draw(case())
+    situation = drawn.situation
+    tokens = COUNTER.messages(drawn.messages) + COUNTER.tools(situation.body)
+    head = situation.fixed(COUNTER) * situation.budget.available
+    trigger = situation.policy.compression_trigger
+    # At `usable` tokens, the request's pressure is `where` of the way from the trigger in
+    # room, t + (1 - t) x head / usable, to 1.
+    where = draw(st.floats(0.0, 0.999))
+    usable = (tokens - (1 - trigger) * (1 - where) * head) / (trigger + where * (1 - trigger))
+    usable = max(int(usable), 1)
+    reserve, margin = situation.budget.output_reserve, math.ceil(usable * 0.03)
+    budget = Budget(usable + reserve + margin, reserve, margin=margin)
+    return replace(drawn, situation=replace(situation, budget=budget, force=False))
+
+
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@given(fitting_case(), SUMMARIES)
+def test_a_request_that_fits_is_compacted_to_its_target_or_by_enough_to_be_worth_it(
+    case: Case, how: str
+) -> None:
+    # A compaction costs the prompt cache from its first change on: one that lands short of
+    # the target freeing a result's worth would be followed by another a request later.
+    situation = case.situation
+    budget, policy = situation.budget, situation.policy
+    before = COUNTER.messages(case.messages) + COUNTER.tools(situation.body)
+    plan = plan_compaction(situation, COUNTER)
+    result = finish(plan, how) if isinstance(plan, NeedsSummary) else plan
+    if not isinstance(result, Compacted) or not budget.fits(before):
+        return
+    fixed = situation.fixed(COUNTER)
+    allowances = Allowances.of(budget, policy, fixed)
+    if result.tokens_after <= allowances.target:
+        return
+    gap = in_room(policy.compression_trigger, fixed) - in_room(policy.compaction_target, fixed)
+    freed = budget.pressure(before) - budget.pressure(result.tokens_after)
+    # A summary is asked for where truncating the span would free enough: the summary, and
+    # the facts it lost, take at the most their allowances more.
+    written = allowances.summary + allowances.facts if isinstance(plan, NeedsSummary) else 0
+    least = gap * WORTH_SHARE - written / budget.available
+    assert freed >= least, (case.shape, result.steps, freed, gap)

@@ -7,7 +7,7 @@ from typing import Any
 
 from proxy.core.budget import Budget
 from proxy.core.messages import Message
-from proxy.core.plan import Allowances, NeedsSummary, Situation, plan_compaction
+from proxy.core.plan import Allowances, Compacted, NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy
 from proxy.core.tool_results import is_cleared
 from tests.builders import assistant, assistant_calls, system, tool_result, user
@@ -87,3 +87,19 @@ def test_no_prefix_when_old_turns_were_shrunk_before_the_span_was_cut() -> None:
     need = forced(messages, max_context_turns=3)
     assert need.prefix is None
     assert need.task().prefix is None
+
+
+def test_a_truncated_span_is_summarized_later_over_its_prefix() -> None:
+    # No summary asked for: the span the truncation dropped is summarized afterwards, its
+    # request the conversation as forwarded through the span's end (which the provider
+    # cached with the request before), then one instruction.
+    messages = agent(12)
+    body = {"model": "m", **TOOLS}
+    situation = Situation(messages, body, POLICY.replace(strategy="truncate"), BUDGET, force=True)
+    plan = plan_compaction(situation, COUNTER)
+    assert isinstance(plan, Compacted)
+    assert plan.dropped is not None
+    prefix = plan.dropped.prefix
+    assert prefix is not None
+    assert prefix.messages == tuple(messages[: len(prefix.messages)])
+    assert prefix.messages[-1]["tool_call_id"] == plan.dropped.span[-1]["tool_call_id"]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from proxy.core.messages import Message, role
-from proxy.core.plan import Compacted, plan_compaction
+from proxy.core.plan import Compacted, Unchanged, plan_compaction
 from proxy.core.policy import STRATEGIES
 from proxy.core.summary import note_of, notes_in, stands_for
 from proxy.core.tool_results import is_cleared
@@ -145,24 +146,47 @@ def test_a_running_turn_still_too_big_after_its_results_are_cut_is_windowed_like
     assert result.messages[-2:] == messages[-2:]  # the newest round, whole
 
 
+def _long_step(rounds: int) -> list[Message]:
+    """Two finished turns, then a running turn of `rounds` rounds of ~170-token results."""
+    finished = agent_turns(2, rounds=1, size=60)
+    running = [user("now the long step")]
+    for n in range(rounds):
+        running += [assistant_calls(f"l{n}"), tool_result(f"l{n}", words(130, f"long{n}"))]
+    return [*finished, *running]
+
+
 def test_a_running_turn_that_fits_once_its_results_are_cut_keeps_every_round() -> None:
-    # Over the target but within the usable input once cut: the turn's rounds are what must
+    # Over the usable input, but within it once compacted: the turn's rounds are what must
     # stay, so every call is forwarded (folded, an agent that cannot read them back runs them
     # again), the older results cut or left as placeholders, and the request lands at the
     # target or, with what must stay above it, as near it as that lets.
-    finished = agent_turns(2, rounds=1, size=60)
-    running = [user("now the long step")]
-    for n in range(12):
-        running += [assistant_calls(f"l{n}"), tool_result(f"l{n}", words(130, f"long{n}"))]
-    messages = [*finished, *running]
+    messages = _long_step(13)
     asked = situation(messages, window=2000)
+    assert not asked.budget.fits(COUNTER.messages(messages))
     result = run(plan_compaction(asked, COUNTER))
     assert "release_running" not in result.steps
     assert result.tokens_after > target_of(asked) - 130  # not below it by a whole result
     assert result.fits
     calls = [m for m in result.messages if m.get("tool_calls")]
-    assert len(calls) == 12
+    assert len(calls) == 13
     assert result.messages[-2:] == messages[-2:]  # the newest round, whole
+
+
+@pytest.mark.parametrize("strategy", ["truncate", "summarize"])
+def test_a_request_that_fits_waits_while_what_must_stay_leaves_little_to_remove(
+    strategy: str,
+) -> None:
+    # Within the usable input, over the trigger: its finished turns are all a compaction could
+    # remove, a few percent of it, and the next request would compact again. It is forwarded
+    # as sent (no summary asked for), and compacted once it no longer fits.
+    messages = _long_step(12)
+    asked = situation(messages, window=2000, strategy=strategy)
+    assert asked.budget.fits(COUNTER.messages(messages))
+    assert plan_compaction(asked, COUNTER) == Unchanged("saves_too_little", 1988)
+    forced = run(plan_compaction(replace(asked, force=True), COUNTER))
+    assert forced.tokens_after > target_of(asked)  # landed short of the target
+    grown = situation(_long_step(13), window=2000, strategy=strategy)
+    assert run(plan_compaction(grown, COUNTER)).fits
 
 
 class Overshooting:

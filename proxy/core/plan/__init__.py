@@ -14,7 +14,10 @@ next compaction as its previous summary (`rolled`).
 
 Budgets are shares of the usable input U (`proxy.core.budget`): compaction starts when the
 prompt passes `compression_trigger` x U and lands at or below `compaction_target` x U, so the
-new prefix lasts many requests (the gap between the two is what makes compactions rare). The
+new prefix lasts many requests (the gap between the two is what makes compactions rare). A
+request that fits U is compacted only where that reaches the target or frees at least half
+that gap (`layers._frees_enough`): a compaction that what must stay keeps near the trigger
+would cost the prompt cache for a request's worth of room. The
 compaction block, the one message standing for what was removed, has allowances that scale
 with U: the ledger of the user's own words, the artifact trail (what removed tool results
 and calls mentioned), the summary (capped by `summary_max_tokens`) and the facts the summary

@@ -11,6 +11,7 @@ from proxy.core import artifacts, recall, turn_calls
 from proxy.core import statements as ledger
 from proxy.core.messages import (
     Message,
+    is_instruction,
     role,
     text,
 )
@@ -18,8 +19,10 @@ from proxy.core.plan.work import Work
 from proxy.core.splice import splice
 from proxy.core.statements import Statement
 from proxy.core.summary import (
+    Prefix,
     marker,
     note_digest,
+    prefix_fields,
     stands_for,
 )
 from proxy.core.units import Unit
@@ -140,6 +143,32 @@ class Eviction:
             span = [{"role": "note", "content": self.previous}, *span]
         return work.recall_of(span)
 
+    def prefix(self) -> Prefix | None:
+        """The conversation as the plan was given it (as it was forwarded) through the span's
+        end: what the provider's prompt cache holds, for a summary request it serves
+        (`NeedsSummary.prefix`, and a truncated span's summary written later).
+
+        The span was cut from the plan's own copy, where trimmed and cleared results keep
+        their places: the span's end is the same index in both. None when an earlier step
+        removed messages (old turns shrunk to their question and answer, an earlier span
+        truncated): it is not then.
+        """
+        work = self.work
+        given = work.situation.messages
+        if [role(m) for m in self.messages] != [role(m) for m in given]:
+            return None
+        messages = tuple(given[: self.stop])
+        body = work.situation.body
+        if work.situation.recall is not None and not recall.named(given):
+            # Offered only once a compaction named an id: not in what was forwarded so far.
+            body = recall.without_tool(body)
+        return Prefix(
+            prefix_fields(body),
+            messages,
+            work.counter.messages(messages) + work.counter.tools(body),
+            after_task=any(not is_instruction(m) for m in messages[: self.start]),
+        )
+
     def marker(self) -> str:
         """The truncation marker that stands for the span."""
         return marker(self.condensed, self.previous, self.recall())
@@ -243,6 +272,8 @@ class Eviction:
             if step == "truncate":
                 if not work.dropped:
                     work.dropped_after = self.previous
+                # Through the end of the newest span (None once an earlier one was cut out).
+                work.dropped_prefix = self.prefix()
                 work.dropped += self.evicted
                 named = recall.ids_in(note)
                 work.dropped_recall = named[0] if named else None

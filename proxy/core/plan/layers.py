@@ -5,6 +5,7 @@ target is reached; what is left above it is landed (`landing`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from proxy.core.mentions import Mentions
 from proxy.core.plan.cuts import cap_messages, clear_old
@@ -49,7 +50,12 @@ def plan_compaction(
         if outcome is not None:
             return outcome
     land(work)
-    return work.result() if work.steps else Unchanged("nothing_to_remove", work.before)
+    if not work.steps:
+        return Unchanged("nothing_to_remove", work.before)
+    landed = work.result()
+    if not _frees_enough(situation, work.fixed, tokens, landed.tokens_after):
+        return Unchanged("saves_too_little", tokens)
+    return landed
 
 
 def _layers(situation: Situation) -> tuple[_Layer, ...]:
@@ -78,6 +84,27 @@ def _reason_to_wait(situation: Situation, tokens: int, fixed: float) -> str | No
     return "cooldown" if cooling and fits else None
 
 
+WORTH_SHARE: Final = 0.5
+"""The least share of the gap between trigger and target (in room) a compaction that lands
+short of its target must free, while the request fits: see `_worth_its_miss`."""
+
+
+def _frees_enough(situation: Situation, fixed: float, tokens: int, after: int) -> bool:
+    """Whether a compaction from `tokens` to `after` that did not reach its target frees
+    enough to be worth the prompt cache it costs (everything after its first change is read
+    again): where what must stay (the running turn, the working set) keeps the landing near
+    the trigger, it would free a result's worth, and the next request or the one after would
+    compact again. While the request fits the usable input it is forwarded as it is
+    instead, and compacted once it no longer fits, when there is more to remove (Anthropic's
+    context editing asks the same of an edit with `clear_at_least`). A forced compaction
+    always frees enough."""
+    budget, policy = situation.budget, situation.policy
+    if situation.force or not budget.fits(tokens):
+        return True
+    gap = in_room(policy.compression_trigger, fixed) - in_room(policy.compaction_target, fixed)
+    return budget.pressure(tokens) - budget.pressure(after) >= gap * WORTH_SHARE
+
+
 def _trim_layer(work: Work) -> Plan | None:
     policy, budget = work.situation.policy, work.situation.budget
     cap = int(budget.context_window * policy.tool_result_max_share)
@@ -98,6 +125,8 @@ def _summarize_layer(work: Work) -> Plan | None:
     eviction = Eviction.find(work, deep=True, note_tokens=allowances.summary + NOTE_OVERHEAD)
     if eviction is None:
         return None
+    if not _summary_frees_enough(work):
+        return Unchanged("saves_too_little", work.before)
     request = summary_request(
         eviction.evicted,
         previous=eviction.previous,
@@ -105,6 +134,20 @@ def _summarize_layer(work: Work) -> Plan | None:
         max_tokens=allowances.summary,
     )
     return NeedsSummary(request, eviction.evicted, eviction, eviction.previous)
+
+
+def _summary_frees_enough(work: Work) -> bool:
+    """Whether truncating the span instead, and landing the rest, frees enough to be worth a
+    compaction (`_frees_enough`): a summary frees less (by its allowance at the most), so
+    where that does not, the request waits for a summary until it no longer fits (what is
+    landed after a summary only frees more)."""
+    situation = work.situation
+    if situation.force or not situation.budget.fits(work.before):
+        return True
+    trial = Work(situation, work.counter, list(work.messages), work.mentions)
+    _truncate_layer(trial)
+    land(trial)
+    return trial.done() or _frees_enough(situation, work.fixed, work.before, trial.total())
 
 
 def _truncate_layer(work: Work) -> Plan | None:

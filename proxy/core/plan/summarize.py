@@ -7,12 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.core import recall
 from proxy.core.ledger import appendix, ledger_of, missing_facts
 from proxy.core.messages import (
     Message,
-    is_instruction,
-    role,
 )
 from proxy.core.plan.block import clipped
 from proxy.core.plan.eviction import Eviction
@@ -23,7 +20,6 @@ from proxy.core.prepared import span_keys
 from proxy.core.summary import (
     Prefix,
     offered_tools,
-    prefix_fields,
     summary_text,
 )
 from proxy.core.tool_results import (
@@ -67,22 +63,7 @@ class NeedsSummary:
         their places: the span's end is the same index in both. None when an earlier step
         removed messages (old turns shrunk to their question and answer): it is not then.
         """
-        eviction = self._eviction
-        work = eviction.work
-        given = work.situation.messages
-        if [role(m) for m in eviction.messages] != [role(m) for m in given]:
-            return None
-        messages = tuple(given[: eviction.stop])
-        body = work.situation.body
-        if work.situation.recall is not None and not recall.named(given):
-            # Offered only once a compaction named an id: not in what was forwarded so far.
-            body = recall.without_tool(body)
-        return Prefix(
-            prefix_fields(body),
-            messages,
-            work.counter.messages(messages) + work.counter.tools(body),
-            after_task=any(not is_instruction(m) for m in messages[: eviction.start]),
-        )
+        return self._eviction.prefix()
 
     def task(self, covered: int = 0, previous: str | None = None) -> SummaryTask:
         """The summary to write of the span after its first `covered` messages, folding in

@@ -21,6 +21,7 @@ from proxy.core.plan.results import Compacted, SummaryTask
 from proxy.core.plan.situation import Allowances, Counter, Situation
 from proxy.core.statements import Statement
 from proxy.core.summary import (
+    Prefix,
     detach_notes,
     note_digest,
     note_of,
@@ -57,6 +58,8 @@ class Work:
     beside: int = 0
     """What `Situation.beside` counts (0: none)."""
     allowances: Allowances = field(init=False)
+    fixed: float = field(init=False)
+    """The share of the usable input the head takes (`Situation.fixed`)."""
     ledger_budget: int = 0
     """The ledger's budget: what the ledger of everything that could leave costs, within
     the allowance (a conversation whose user said little keeps a bigger recent window)."""
@@ -82,6 +85,8 @@ class Work:
     """What truncations removed, oldest first, and the note before the first of them."""
     dropped_after: str | None = None
     dropped_recall: str | None = None
+    dropped_prefix: Prefix | None = None
+    """The conversation as forwarded through `dropped`'s end (`Eviction.prefix`), if known."""
     """The recall id the newest truncation marker names (what `dropped`'s summary replaces)."""
     notes: set[str] = field(init=False)
     """The digests of the proxy's notes: the situation's, and every block written since."""
@@ -97,8 +102,8 @@ class Work:
     def __post_init__(self) -> None:
         self.notes = set(self.situation.notes)
         situation = self.situation
-        fixed = situation.fixed(self.counter)
-        self.allowances = Allowances.of(situation.budget, situation.policy, fixed)
+        self.fixed = situation.fixed(self.counter)
+        self.allowances = Allowances.of(situation.budget, situation.policy, self.fixed)
         self.pin_task = self.situation.policy.pin_first_user
         self.tools = self.counter.tools(self.situation.body)
         beside = situation.beside
@@ -340,6 +345,7 @@ class Work:
                 self.allowances.summary,
                 tuple(offered_tools(body)),
                 recall=self.dropped_recall,
+                prefix=self.dropped_prefix,
             )
         return Compacted(
             self.messages,
