@@ -187,10 +187,10 @@ class Summarizer:
     ) -> bool:
         """Whether the prefix form (`prefix`, then its closing message of `closing` tokens),
         its prefix read from the provider's cache at `cached_price`, costs less input than
-        the span and the summary it folds in sent as a transcript, uncached."""
-        transcript = sum(count(message) for message in need.span)
-        if need.previous:
-            transcript += count({"role": "user", "content": need.previous})
+        the transcript form, uncached: its instructions, the span and the summary it folds
+        in (both forms' instructions counted, as the closing message holds the prefix's)."""
+        request = need.request_for(need.span, need.previous)
+        transcript = sum(count(message) for message in request["messages"])
         return prefix.tokens * self._cached_price + closing < transcript
 
     async def _in_parts(
