@@ -95,8 +95,11 @@ def _add_history_floors(
         extra = client.cell.tool_tokens if recall_judge.offers(bodies[index]) else 0
         if where is not None and where[0] > 0:
             # The first turn's history is its own task, counted with its ask.
+            # Whole, or with its paste cut (its words, the paste's head and tail): as sent
+            # up to its first line.
             users = [forwarded.user_text(m) for m in messages if role(m) == "user"]
-            task = users[0] if users and users[0] == texts[0] else ""
+            first = texts[0].partition("\n")[0]
+            task = users[0] if users and users[0].partition("\n")[0] == first else ""
             extra += counter.text(forwarded.block(messages)) + counter.text(task)
         floors[index] += budget.pressure(extra)
 
