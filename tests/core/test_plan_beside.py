@@ -92,22 +92,31 @@ def test_the_block_gives_way_to_the_message_beside_it() -> None:
     assert result.tokens_before == COUNTER.messages(messages) + COUNTER.tools(asked.body)
 
 
-def test_with_recall_a_block_still_over_the_target_keeps_only_the_rules() -> None:
+def test_a_block_over_the_target_keeps_the_user_s_facts_while_the_request_fits() -> None:
     latest = user("Now the next step: " + words(600))
     messages = [*agent(), latest]
-    # Without recall the block stays whole: what it lists verbatim would be lost for good.
+    # Over the target, within the usable input: with recall or without, the block stays
+    # whole; reaching the target is no reason to hide what the user said.
     whole, asked = condensed(messages, latest, window=1650)
-    assert whole.tokens_after > target_of(asked)
-    assert parts(whole.block)[1]  # its trail
-    # With recall it is one call away: the block lands, keeping the user's rules.
-    shed, asked = condensed(messages, latest, window=1650, recall=SCOPE)
-    assert shed.tokens_after <= target_of(asked)
-    kept, trail = parts(shed.block)
-    assert len(trail) < len(parts(whole.block)[1])  # as far as landing needs
-    # As far as landing needs: every rule stays, some of the specifics go.
+    for recall in (None, SCOPE):
+        kept, asked = condensed(messages, latest, window=1650, recall=recall)
+        assert kept.tokens_after > target_of(asked)
+        assert kept.fits
+        assert parts(kept.block) == parts(whole.block)
+
+
+def test_with_recall_a_block_over_the_usable_input_keeps_only_what_fits() -> None:
+    latest = user("Now the next step: " + words(600))
+    messages = [*agent(), latest]
+    whole, _ = condensed(messages, latest, window=960)
+    assert not whole.fits  # without recall, what the block lists would be lost for good
+    shed, asked = condensed(messages, latest, window=960, recall=SCOPE)
+    assert shed.fits
+    assert shed.tokens_after > target_of(asked)  # as far as the usable input needs
+    assert shed.steps[-1] == "fit_block"
     rules = ["Never touch main.", *(f"Never push {i}." for i in range(8))]
+    kept, _ = parts(shed.block)
     assert sorted(s.text for s in kept if s.rank == ledger.RULE) == sorted(rules)
-    assert len(kept) < len(parts(whole.block)[0])
 
 
 def test_an_earlier_block_too_big_to_shorten_to_the_target_stays_whole() -> None:

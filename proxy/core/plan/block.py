@@ -22,27 +22,28 @@ from proxy.core.summary import (
 )
 
 
-def fit_block(work: Work, *, shed: bool = False) -> None:
+def fit_block(work: Work, *, shed: bool = False, goal: int | None = None) -> None:
     """Shorten the block written in this compaction to the room what must stay leaves it
     (the running turn's user message can take most of a small window): first its summary's
     last lines (the part any summarizer could write), then the trail's paths and the
     ledger's chatter, each part in proportion to its size, only as far as the target still
     needs, and only when that reaches it (`shed`: the trail's ids and the ledger's
-    specifics and task too, see `shed_block`)."""
-    done = _fit_note(work, work.block, shed=shed)
+    specifics and task too, see `shed_block`; `goal`: the tokens to reach instead of the
+    target)."""
+    done = _fit_note(work, work.block, shed=shed, goal=goal)
     if done is not None:
         work.note, work.block = done
 
 
 def block_slack(work: Work) -> int:
     """What fitting a block could take at the most: the one written in this compaction, or
-    without one the newest earlier note (`fit_earlier`, shed with recall on); what a cut
+    without one the newest earlier note (`fit_earlier`, shed where `may_shed`); what a cut
     elsewhere need not take when the block gives it."""
     shed = False
     block = work.block
     if block is None:
         earlier = _earlier_notes(work)
-        block, shed = (earlier[-1] if earlier else None), work.situation.recall is not None
+        block, shed = (earlier[-1] if earlier else None), may_shed(work)
     if block is None or _block_index(work, block) is None:
         return 0
     count = work.counter.text
@@ -59,35 +60,50 @@ def _earlier_notes(work: Work) -> list[str]:
 
 def fit_earlier(work: Work) -> None:
     """Last of all, the newest note of an earlier compaction shortened as `fit_block`
-    shortens this one's (shed too, with recall), when that alone reaches the target: one
+    shortens this one's (shed too, where `may_shed`), when that alone reaches the target: one
     that stands inside the running turn (a client's compaction block, which the client
     keeps after its latest user message) or alone before it cannot be evicted, and the turn
     grows by a round a request."""
     earlier = _earlier_notes(work)
     if not earlier:
         return
-    if _fit_note(work, earlier[-1]) is None and work.situation.recall is not None:
-        _fit_note(work, earlier[-1], shed=True)
+    if _fit_note(work, earlier[-1]) is not None or not may_shed(work):
+        return
+    if _fit_note(work, earlier[-1], shed=True) is None:
+        # The target out of reach even so: as far as the usable input needs.
+        _fit_note(work, earlier[-1], shed=True, goal=work.allowances.limit)
 
 
-def _fit_note(work: Work, block: str | None, *, shed: bool = False) -> tuple[str, str] | None:
+def may_shed(work: Work) -> bool:
+    """Whether a block may be shed to the user's rules (`fit_block`'s `shed`): only with
+    recall on (what it lists is then a recall away) and only to fit the usable input. The
+    ledger's facts, specifics and task are what must stay of what the user said: reaching
+    the target alone is no reason to hide them (a request that fits and cannot reach it is
+    forwarded as it is, `layers._frees_enough`)."""
+    return work.situation.recall is not None and work.total() > work.allowances.limit
+
+
+def _fit_note(
+    work: Work, block: str | None, *, shed: bool = False, goal: int | None = None
+) -> tuple[str, str] | None:
     """`fit_block` of `block`: its shortened text (ledger and trail apart) and whole, once
     it stands in the conversation in place of `block`; None when it stayed as it was."""
     found = _block_index(work, block)
     if block is None or found is None:
         return None
     count = work.counter
-    excess = work.total() - work.target
+    aim = work.target if goal is None else goal
+    excess = work.total() - aim
 
     def fitted_to(excess: int) -> tuple[str, str, list[Message], int]:
         note, shortened = fitted(block, excess, count.text, shed=shed)
         messages = list(work.messages)
         messages[found] = replace_note(messages[found], block, shortened)
-        over = count.messages(messages) + work.tools + work.beside - work.target
+        over = count.messages(messages) + work.tools + work.beside - aim
         return note, shortened, messages, over
 
     # A block that cannot be made small enough stays whole: the request lands above the
-    # target (it still fits), and nothing the block carries is lost for no gain.
+    # target (or the usable input, `goal`), and nothing the block carries is lost for no gain.
     barest = fitted_to(work.total())
     if barest[3] > 0:
         return None

@@ -3,7 +3,7 @@ it, each only while it is still above (see the package's docstring)."""
 
 from __future__ import annotations
 
-from proxy.core.plan.block import block_slack, fit_block, fit_earlier
+from proxy.core.plan.block import block_slack, fit_block, fit_earlier, may_shed
 from proxy.core.plan.cuts import cap_recent, clear_old, clear_recent, trim_recent
 from proxy.core.plan.eviction import Eviction
 from proxy.core.plan.work import Work
@@ -73,10 +73,13 @@ def _release_running(work: Work) -> None:
 
 
 def _shed_block(work: Work) -> None:
-    """Last, when nothing else reached the target and the block names the recall id of what
-    it stands for: `fit_block` down to the ledger's rules and no trail. What the block
-    lists verbatim is then a recall away, and a block that stays whole lands above the
-    target on every request after it (a client's compaction beside a large user message,
-    `Situation.beside`)."""
-    if work.situation.recall is not None:
+    """Last, when nothing else brought the request within the usable input and the block names
+    the recall id of what it stands for (`may_shed`): `fit_block` down to the ledger's rules
+    and no trail; what the block lists verbatim is then a recall away. Above the target
+    alone, the block keeps the user's facts: a request that fits is forwarded as it is
+    rather than compacted again for little (`layers._frees_enough`)."""
+    if may_shed(work):
         fit_block(work, shed=True)
+    if may_shed(work):
+        # The target out of reach even so: as far as the usable input needs.
+        fit_block(work, shed=True, goal=work.allowances.limit)
