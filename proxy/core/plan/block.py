@@ -37,17 +37,16 @@ def fit_block(work: Work, *, shed: bool = False, goal: int | None = None) -> Non
 
 def block_slack(work: Work) -> int:
     """What fitting a block could take at the most: the one written in this compaction, or
-    without one the newest earlier note (`fit_earlier`, shed where `may_shed`); what a cut
+    without one the newest earlier note (`fit_earlier`, never shed); what a cut
     elsewhere need not take when the block gives it."""
-    shed = False
     block = work.block
     if block is None:
         earlier = _earlier_notes(work)
-        block, shed = (earlier[-1] if earlier else None), may_shed(work)
+        block = earlier[-1] if earlier else None
     if block is None or _block_index(work, block) is None:
         return 0
     count = work.counter.text
-    return max(count(block) - count(fitted(block, count(block), count, shed=shed)[1]), 0)
+    return max(count(block) - count(fitted(block, count(block), count)[1]), 0)
 
 
 def _earlier_notes(work: Work) -> list[str]:
@@ -60,18 +59,13 @@ def _earlier_notes(work: Work) -> list[str]:
 
 def fit_earlier(work: Work) -> None:
     """Last of all, the newest note of an earlier compaction shortened as `fit_block`
-    shortens this one's (shed too, where `may_shed`), when that alone reaches the target: one
-    that stands inside the running turn (a client's compaction block, which the client
+    shortens this one's (never shed: its facts are the user's), when that alone reaches the
+    target: one that stands inside the running turn (a client's compaction block, which the client
     keeps after its latest user message) or alone before it cannot be evicted, and the turn
     grows by a round a request."""
     earlier = _earlier_notes(work)
-    if not earlier:
-        return
-    if _fit_note(work, earlier[-1]) is not None or not may_shed(work):
-        return
-    if _fit_note(work, earlier[-1], shed=True) is None:
-        # The target out of reach even so: as far as the usable input needs.
-        _fit_note(work, earlier[-1], shed=True, goal=work.allowances.limit)
+    if earlier:
+        _fit_note(work, earlier[-1])
 
 
 def may_shed(work: Work) -> bool:
