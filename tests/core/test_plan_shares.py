@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from proxy.core.messages import Message
 from proxy.core.plan import plan_compaction
-from proxy.core.plan.cuts import LEAST_CUT, fair_share
-from proxy.core.tool_results import is_cleared, is_trimmed
+from proxy.core.plan.cuts import LEAST_CUT, WORTH_CUTTING, fair_share
+from proxy.core.tool_results import is_cleared, is_trimmed, trim
 from tests.builders import assistant_calls, system, tool_result, user
 from tests.core.test_plan import run, situation, target_of, words
 from tests.core.words import COUNTER
@@ -71,3 +71,33 @@ def test_a_newest_result_whose_share_would_be_a_stub_stays_whole() -> None:
     older = result.messages[3:-1:2]
     assert all(is_cleared(m) for m in older)
     assert COUNTER.message(messages[-1]) > LEAST_CUT
+
+
+def test_results_cut_earlier_are_cut_again_before_any_becomes_a_placeholder() -> None:
+    # A long turn: the older results were cut by an earlier compaction to a share that was
+    # larger then, each now just over a cut's least. Cut again, each would give only a few
+    # lines, but together they are what stands between the request and the usable input:
+    # they are cut again (to no less than the least), not cleared to placeholders, which
+    # come only when the cuts do not fit.
+    earlier = [
+        trim(
+            tool_result(f"r{n}", words(700, f"w{n}")),
+            max_tokens=LEAST_CUT + 50,
+            count=COUNTER.text,
+            tool_name="read",
+        )
+        for n in range(12)
+    ]
+    messages = [system(), user("Port the parser.")]
+    for n, cut in enumerate(earlier):
+        messages += [assistant_calls(f"r{n}"), cut]
+    messages += [assistant_calls("r12"), tool_result("r12", words(600, "w12"))]
+    assert all(LEAST_CUT < COUNTER.message(m) <= WORTH_CUTTING for m in earlier)
+    asked = situation(messages, window=2600)
+    assert not asked.budget.fits(COUNTER.messages(messages))
+    result = run(plan_compaction(asked, COUNTER))
+    assert result.fits
+    older = result.messages[3:-2:2]
+    assert all(is_trimmed(m) and not is_cleared(m) for m in older)
+    assert all(COUNTER.message(m) < COUNTER.message(e) for m, e in zip(older, earlier, strict=True))
+    assert result.messages[-1] == messages[-1]

@@ -157,9 +157,15 @@ def _is_newest(work: Work, index: int) -> bool:
 
 def _worth_cutting(work: Work, index: int) -> bool:
     """Whether message `index` is a tool result a cut would make smaller by more than a few
-    lines: one hardly bigger than a cut's least (its note and a few lines) stays whole."""
+    lines: one hardly bigger than a cut's least (its note and a few lines) stays whole. A
+    result an earlier compaction cut to a larger share (the room was larger then) already
+    carries its note: cut again, everything it gives is room, and in a long turn a dozen of
+    them together are what stands between the request and its target."""
     message = work.messages[index]
-    return is_tool_result(message) and work.counter.message(message) > WORTH_CUTTING
+    if not is_tool_result(message):
+        return False
+    tokens = work.counter.message(message)
+    return tokens > WORTH_CUTTING or (is_trimmed(message) and tokens > LEAST_CUT)
 
 
 @dataclass(frozen=True, slots=True)
