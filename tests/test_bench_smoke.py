@@ -34,6 +34,10 @@ APIS = (
     "Responses API, the client compacting through /v1/responses/compact",
     "Messages API",
 )
+HANG_S = 600
+"""Only a guard against a hung bench, never a speed target (those are the bench's own ratios):
+alone on a shared two-core machine the smoke suite took 136 s, beside the other test worker
+more than 120."""
 THINKING_TARGET = "thinking blocks forwarded byte-identical to those the provider issued"
 
 
@@ -44,7 +48,7 @@ def test_smoke_run_writes_a_report_with_every_section_and_no_errors(tmp_path: Pa
         sys.executable, "-m", "bench.suite", "--size", "smoke", "--no-litellm", "--no-profile",
         "--out", str(tmp_path),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "report.md").read_text()
     for section in (
@@ -196,7 +200,7 @@ def test_the_growth_bench_streams_every_answer_when_asked(tmp_path: Path) -> Non
         sys.executable, "-m", "bench.growth", "--steps", "6", "--agents", "2", "--rounds", "1",
         "--no-workers", "--stream", "--out", str(tmp_path),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "every answer streamed" in done.stdout
     assert "errors, e.g." not in done.stdout
