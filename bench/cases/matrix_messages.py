@@ -18,8 +18,9 @@ from typing import Any, Final
 from bench.cases.matrix_clients import Call, MatrixClient
 from proxy.core import anthropic as anthropic_view
 from proxy.core.budget import MAX_DEFAULT_RESERVE_SHARE
-from proxy.core.messages import Message
+from proxy.core.messages import Message, role
 from proxy.core.policy import ContextPolicy
+from proxy.core.summary import note_of
 from proxy.mock_upstream import messages_prompt_tokens
 
 CLAUDE_MODEL: Final = "claude-sonnet-4-6"
@@ -153,4 +154,21 @@ class MessagesClient(MatrixClient):
     @staticmethod
     def messages(body: Any) -> list[Message]:
         messages: list[Message] = anthropic_view.chat_view(body)["messages"]
-        return messages
+        return [part for message in messages for part in _unmerged(message)]
+
+
+def _unmerged(message: Message) -> list[Message]:
+    """A forwarded user message as the proxy's messages were before the API's alternation
+    merged them (`messages_body`): split around each text part that is a note of the
+    proxy's (the block between the pinned task and the running turn's ask), so the checks
+    read the task, the block and the ask each as its own message, as over chat."""
+    content = message.get("content")
+    if role(message) != "user" or not isinstance(content, list) or len(content) < 2:
+        return [message]
+    runs: list[list[Any]] = [[]]
+    for part in content:
+        if note_of({"role": "user", "content": [part]}) is not None:
+            runs += [[part], []]
+        else:
+            runs[-1].append(part)
+    return [{**message, "content": run} for run in runs if run]

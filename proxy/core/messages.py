@@ -37,6 +37,42 @@ def text(message: Mapping[str, Any]) -> str:
     return ""
 
 
+def texts(message: Mapping[str, Any]) -> list[str]:
+    """The texts `text` joins: a string content alone, or each text part's text, in order."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [part["text"] for part in content if _is_text_part(part)]
+    return []
+
+
+def with_texts(message: Message, new: Sequence[str]) -> Message:
+    """`message` with its `texts` replaced, in order, by `new`: a text part keeps its other
+    fields, and every other part (an image, a file) stays where it was."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": new[0]}
+    replaced = iter(new)
+    parts = [
+        {**part, "text": next(replaced)} if _is_text_part(part) else part for part in content or []
+    ]
+    return {**message, "content": parts}
+
+
+def is_text_only(message: Mapping[str, Any]) -> bool:
+    """Whether the message's content is text alone: a string, or text parts only (as the
+    Messages and Responses APIs carry a user's words), which a cut may join into one text."""
+    content = message.get("content")
+    return isinstance(content, str) or (
+        isinstance(content, list) and bool(content) and all(map(_is_text_part, content))
+    )
+
+
+def _is_text_part(part: object) -> bool:
+    return isinstance(part, dict) and isinstance(part.get("text"), str)
+
+
 def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The assistant's `tool_calls` entries that are objects (others are ignored)."""
     calls = message.get("tool_calls")

@@ -165,23 +165,38 @@ def cut(body: str, max_tokens: int, count: Callable[[str], int], recall: str | N
     """`body` with its bulk cut to head and tail so that it takes about `max_tokens`: the
     user's words stay whole, and each paste gets a share of what is left in proportion to
     its size. `body` itself when it has no bulk, holds a cut already, or is small enough."""
-    found = spans(body)
-    if not found or is_cut(body) or count(body) <= max_tokens:
-        return body
-    sizes = [count(body[span.start : span.end]) for span in found]
-    words = count(body) - sum(sizes)
-    notes = len(found) * count(_note(999, 9999, 99999, 99, 99, recall))
-    room = max(max_tokens - words - notes, 0)
-    total = max(sum(sizes), 1)
-    parts, at = [], 0
-    for span, size in zip(found, sizes, strict=True):
-        parts.append(body[at : span.start])
-        share = room * size // total
-        piece = body[span.start : span.end]
-        parts.append(_cut_span(piece, share, count, recall) if share < size else piece)
-        at = span.end
-    parts.append(body[at:])
-    return "".join(parts)
+    return cut_texts([body], max_tokens, count, recall)[0]
+
+
+def cut_texts(
+    bodies: Sequence[str], max_tokens: int, count: Callable[[str], int], recall: str | None
+) -> list[str]:
+    """`cut` of one message whose words are in several texts (the text parts of a Messages
+    or Responses user message): they take about `max_tokens` together, each paste in any of
+    them given its share of what the words leave. The texts as they came when none holds
+    bulk, one holds a cut already, or together they are small enough."""
+    found = [spans(body) for body in bodies]
+    whole = sum(count(body) for body in bodies)
+    if not any(found) or any(map(is_cut, bodies)) or whole <= max_tokens:
+        return list(bodies)
+    pairs = zip(bodies, found, strict=True)
+    sizes = [[count(body[span.start : span.end]) for span in held] for body, held in pairs]
+    bulk = sum(map(sum, sizes))
+    notes = sum(map(len, found)) * count(_note(999, 9999, 99999, 99, 99, recall))
+    room = max(max_tokens - (whole - bulk) - notes, 0)
+    total = max(bulk, 1)
+    cuts = []
+    for body, held, held_sizes in zip(bodies, found, sizes, strict=True):
+        parts, at = [], 0
+        for span, size in zip(held, held_sizes, strict=True):
+            parts.append(body[at : span.start])
+            share = room * size // total
+            piece = body[span.start : span.end]
+            parts.append(_cut_span(piece, share, count, recall) if share < size else piece)
+            at = span.end
+        parts.append(body[at:])
+        cuts.append("".join(parts))
+    return cuts
 
 
 def _cut_span(piece: str, room: int, count: Callable[[str], int], recall: str | None) -> str:

@@ -161,6 +161,26 @@ def test_a_cut_keeps_every_statement_and_is_final(
         assert pastes.cut(cut, size // 2, COUNT, RID) == cut
 
 
+@given(st.lists(message(), min_size=1, max_size=3), st.integers(0, 600))
+def test_a_message_in_text_parts_is_cut_part_by_part_as_it_would_be_whole(
+    found: list[tuple[str, list[str], list[str]]], size: int
+) -> None:
+    """A Messages or Responses user message is text parts: each keeps its words, none grows,
+    together they take no more than the parts did, and a cut part is final."""
+    bodies = [body for body, _, _ in found]
+    cut = pastes.cut_texts(bodies, size, COUNT, RID)
+    assert len(cut) == len(bodies)
+    assert sum(map(COUNT, cut)) <= sum(map(COUNT, bodies))
+    for before, after in zip(bodies, cut, strict=True):
+        assert COUNT(after) <= COUNT(before)
+        assert pastes.prose(after) == pastes.prose(before)
+    if cut != bodies:
+        assert any(map(pastes.is_cut, cut))
+        assert pastes.cut_texts(cut, size // 2, COUNT, RID) == cut
+    alone = pastes.cut(bodies[0], size, COUNT, RID)
+    assert pastes.cut_texts(bodies[:1], size, COUNT, RID) == [alone]
+
+
 def test_json_too_short_or_inside_a_sentence_is_words() -> None:
     long = json.dumps({"region": "eu-west-1", "ids": list(range(80))})
     for body in ('{"region": "eu-west-1"} is the config.', f"{long} is what the API returned."):

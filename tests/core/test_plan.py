@@ -417,6 +417,25 @@ def test_emergency_caps_a_huge_user_message_but_never_the_running_ask() -> None:
     assert forwarded[-1] == asked[-1]
 
 
+@pytest.mark.parametrize("parts", [1, 2])
+def test_emergency_caps_a_huge_message_of_text_parts_as_it_caps_a_string(parts: int) -> None:
+    # The Messages and Responses APIs carry a user's words as text parts.
+    huge = words(3000)
+    texts = [huge] if parts == 1 else [huge[: len(huge) // 2], huge[len(huge) // 2 :]]
+    message = {"role": "user", "content": [{"type": "text", "text": t} for t in texts]}
+    messages = [system(), user("task"), assistant(), message, assistant("ok"), user("and now?")]
+    result = plan_emergency(situation(messages, window=4000), COUNTER)
+    assert isinstance(result, Compacted)
+    assert any("cut from the middle of this message" in str(m["content"]) for m in result.messages)
+    assert result.messages[-1] == user("and now?")
+    # An image beside the words: the message is not flattened to text.
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    mixed = {**message, "content": [*message["content"], image]}
+    kept = plan_emergency(situation([*messages[:3], mixed, *messages[4:]], window=4000), COUNTER)
+    forwarded = kept.messages if isinstance(kept, Compacted) else messages
+    assert not any("cut from the middle of this message" in str(m) for m in forwarded)
+
+
 def test_emergency_with_nothing_to_remove_says_so() -> None:
     messages = [system(words(500)), user("task")]
     assert plan_emergency(situation(messages), COUNTER) == Unchanged(

@@ -9,6 +9,8 @@ nothing of turns 3 to 19: half the planted statements were lost.
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.core import pastes
 from proxy.core import statements as ledger
 from proxy.core.budget import request_budget
@@ -46,9 +48,18 @@ def pasted_log(turn: int) -> str:
     )
 
 
-def user_turn(turn: int) -> Message:
+SHAPES = ("chat", "one part", "parts")
+"""A user message as chat sends it (a string), as the Messages and Responses APIs carry it
+(text parts: the Anthropic SDK's one block), and with the paste a block of its own."""
+
+
+def user_turn(turn: int, shape: str = "chat") -> Message:
     said = PLANTED[turn // 2] if turn % 2 == 0 else f"Turn {turn}: look at the relay again."
-    return user(f"{said}\n\n```\n{pasted_log(turn)}\n```")
+    paste = f"```\n{pasted_log(turn)}\n```"
+    if shape == "chat":
+        return user(f"{said}\n\n{paste}")
+    texts = [f"{said}\n\n{paste}"] if shape == "one part" else [said, paste]
+    return {"role": "user", "content": [{"type": "text", "text": t} for t in texts]}
 
 
 def tool_round(turn: int, n: int) -> list[Message]:
@@ -74,11 +85,14 @@ def block_ledger(messages: list[Message], notes: frozenset[str]) -> list[ledger.
     return ledger.without_ledger(ours[-1])[1] if ours else []
 
 
-def test_every_statement_is_kept_in_order_and_no_pasted_line_is_in_the_ledger() -> None:
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_statement_is_kept_in_order_and_no_pasted_line_is_in_the_ledger(
+    shape: str,
+) -> None:
     messages: list[Message] = [system("You are an operations agent.")]
     notes: frozenset[str] = frozenset()
     for turn in range(TURNS):
-        messages = [*messages, user_turn(turn)]
+        messages = [*messages, user_turn(turn, shape)]
         for n in range(2):
             messages += tool_round(turn, n)
             result = compacted(messages, notes)
@@ -100,7 +114,9 @@ def test_every_statement_is_kept_in_order_and_no_pasted_line_is_in_the_ledger() 
     assert named
     assert all('context_recall(id="rc_' in line for line in named)
     # The pastes still forwarded before the recent turns were cut to head and tail, their
-    # words whole.
+    # words whole, whatever the shape (text parts cut in place, not left whole for the
+    # older turns to be dropped instead: with parts, only the last two were left).
     users = [m for m in messages if role(m) == "user"]
+    assert len(users) > 2
     assert all(pastes.is_cut(text(m)) for m in users[:-2])
     assert all(text(m).startswith(("Remember: ", "Turn ")) for m in users)

@@ -12,8 +12,11 @@ from proxy.core import statements as ledger
 from proxy.core.messages import (
     Message,
     is_instruction,
+    is_text_only,
     role,
     text,
+    texts,
+    with_texts,
 )
 from proxy.core.plan.work import Work
 from proxy.core.tool_results import (
@@ -77,7 +80,7 @@ def _holds_paste(work: Work, index: int) -> bool:
         role(message) == "user"
         and index != work.pins.running
         and index != work.working_at()
-        and isinstance(message.get("content"), str)
+        and bool(texts(message))
         and not work.holds_note(message)
         and any(s.rank == ledger.PASTE for s in work.mentions.statements(message, False))
         and not pastes.is_cut(text(message))
@@ -88,11 +91,13 @@ def _paste_cut(work: Work, index: int, size: int) -> Message:
     """Message `index` with its pastes cut so that it takes about `size` tokens (never less
     than its words)."""
     message = work.messages[index]
-    body = text(message)
-    cut = pastes.cut(body, size, work.counter.text, work.recall_of([message]))
-    if cut == body or work.counter.text(cut) >= work.counter.text(body):
+    # A Messages or Responses user message is text parts: each is cut in place.
+    bodies = texts(message)
+    cut = pastes.cut_texts(bodies, size, work.counter.text, work.recall_of([message]))
+    count = work.counter.text
+    if cut == bodies or sum(map(count, cut)) >= sum(map(count, bodies)):
         return message
-    return {**message, "content": cut}
+    return with_texts(message, cut)
 
 
 def trim_recent(work: Work, *, newest: bool = True, slack: int = 0) -> None:
@@ -292,7 +297,7 @@ def _cappable(work: Work, index: int) -> bool:
     return (
         index != work.pins.running  # what the model answers now goes as the user sent it
         and not is_instruction(message)
-        and isinstance(message.get("content"), str)
+        and is_text_only(message)
         and not is_trimmed(message)
         and not work.holds_note(message)
     )

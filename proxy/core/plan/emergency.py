@@ -10,6 +10,7 @@ from proxy.core.mentions import Mentions
 from proxy.core.messages import (
     Message,
     is_instruction,
+    is_text_only,
 )
 from proxy.core.plan.cuts import cap_messages
 from proxy.core.plan.landing import land
@@ -86,6 +87,4 @@ def _emergency_target(work: Work, limit: int | None) -> int:
 
 def _emergency_cappable(message: Message) -> bool:
     # Instructions are never cut; multimodal content is not flattened to text.
-    return is_tool_result(message) or (
-        not is_instruction(message) and isinstance(message.get("content"), str)
-    )
+    return is_tool_result(message) or (not is_instruction(message) and is_text_only(message))
