@@ -19,15 +19,15 @@ from proxy.core.messages import Message, tool_calls
 from proxy.core.plan import Compacted, NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy
 from proxy.core.summary import detach_notes, note_digest, notes_in
-from tests.builders import assistant_calls, system, tool_result, user
+from tests.builders import assistant, assistant_calls, system, tool_result, user
 from tests.core.words import COUNTER, TOOLS
 
 ROUNDS = 25
 
 
-def tool_round(n: int) -> list[Message]:
+def tool_round(n: int, words: int = 700) -> list[Message]:
     call = assistant_calls(f"call_{n}", name="read", arguments={"path": f"src/module_{n}.py"})
-    return [call, tool_result(f"call_{n}", " ".join(f"m{n}_{i}" for i in range(700)))]
+    return [call, tool_result(f"call_{n}", " ".join(f"m{n}_{i}" for i in range(words)))]
 
 
 def listed(result: Compacted) -> list[str]:
@@ -87,3 +87,31 @@ def test_a_note_without_calls_reads_back_as_it_is() -> None:
     assert turn_calls.without_calls(note) == (note, [])
     listed = turn_calls.with_calls(note, ["read(a)", "read(b)"])
     assert turn_calls.without_calls(listed) == (note, ["read(a)", "read(b)"])
+
+
+def test_the_calls_stay_listed_when_a_later_fold_takes_the_turns_before_the_running_one() -> None:
+    # A second turn: once its oldest rounds are folded and listed, a later compaction takes
+    # the pinned task and the first turn, older than the running turn. Its block folds the
+    # earlier one, and the running turn's calls must come with it (they did not: the agent
+    # read a block that listed nothing and started the turn over).
+    budget = request_budget(2048, TOOLS, output_reserved=256, margin_share=0.03)
+    first = [user("Migrate the billing jobs."), *tool_round(100, 300)]
+    ask = user("Now do the same for the export jobs.")
+    messages = [system("You are opencode."), *first, assistant("The jobs are migrated."), ask]
+    notes: frozenset[str] = frozenset()
+    steps: set[str] = set()
+    for n in range(ROUNDS):
+        messages = [*messages, *tool_round(n, 300)]
+        policy = ContextPolicy(strategy="truncate")
+        situation = Situation(messages, TOOLS, policy, budget, notes=notes, recall="s")
+        result = plan_compaction(situation, COUNTER)
+        if not isinstance(result, Compacted):
+            continue
+        messages, notes = list(result.messages), result.notes
+        steps.update(result.steps)
+        kept = {c["id"] for m in messages for c in tool_calls(m)}
+        gone = [i for i in range(n + 1) if f"call_{i}" not in kept]
+        expected = [f'read({{"path": "src/module_{i}.py"}})' for i in gone]
+        assert [line.split(": context_recall")[0] for line in listed(result)] == expected, n
+    assert "release_running" in steps
+    assert any(detach_notes(m)[0] == ask for m in messages)  # the ask in place

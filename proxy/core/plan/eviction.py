@@ -221,12 +221,16 @@ class Eviction:
 
     def turn_calls(self) -> list[str]:
         """The calls of the running turn the new note lists: those an earlier note of the
-        turn listed, then the span's, when the span is the turn's own rounds (none when it is
-        older: what was done in an earlier turn is the summary's and the trail's)."""
+        turn listed, then the span's, when the span is the turn's own rounds (what was done
+        in an earlier turn is the summary's and the trail's). A span older than the turn
+        (the pinned task released, the turns before it) folds the earlier note all the same:
+        its calls stay listed, or the agent would start the turn over."""
         work = self.work
         running = work.pins.running
-        if running is None or self.start <= running:
+        if running is None:
             return []
+        if self.start <= running:
+            return list(self.calls)
         made = turn_calls.call_lines(self.evicted, lambda result: work.recall_of([result]))
         return [*self.calls, *(line for line in made if line not in self.calls)]
 
