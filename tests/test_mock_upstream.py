@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from proxy.adapters.tokenizer import Encoders, load_encoders
+from proxy.core import turn_calls
 from proxy.core.messages import Message
 from proxy.core.overflow import Kind, classify
 from proxy.core.summary import SECTIONS, Prefix, prefix_request, summary_request
@@ -414,6 +415,34 @@ async def test_agent_carries_on_from_a_summary_in_its_place_not_from_its_answer(
         called = await after(user("go"), assistant_calls("c1"))
     assert [call["function"]["name"] for call in resumed["tool_calls"]] == ["ls"]
     assert finished["content"] == called["content"] == "All done."
+
+
+async def test_agent_counts_the_calls_a_block_lists_for_the_running_turn(
+    encoders: Encoders,
+) -> None:
+    # A window too small for a long turn folds its oldest rounds; the block lists their
+    # calls. A model reads that it made them and goes on; a listing the model's answer
+    # followed belongs to a turn that is over.
+    script = AgentScript(calls=(("ls", "{}"),), rounds_per_turn=3, answer="All done.")
+    upstream = MockUpstream(agent=script, encoders=encoders)
+
+    def block(calls: int) -> Message:
+        listing = "\n".join([turn_calls.HEADING, *["- ls({})"] * calls])
+        return user(f"[4 earlier messages omitted]\n\n{listing}")
+
+    async with running(upstream) as http:
+
+        async def after(*messages: Message) -> Any:
+            reply = await http.post("/chat/completions", json=chat(*messages, tools=[READ_FILE]))
+            return reply.json()["choices"][0]["message"]
+
+        last_round = await after(user("go"), block(2), user("go on"))
+        ran = (assistant_calls("c3"), tool_result("c3", "a.py"))
+        finished = await after(user("go"), block(2), user("go on"), *ran)
+        over = await after(user("go"), block(3), assistant("Listed."), user("again"))
+    assert [call["function"]["name"] for call in last_round["tool_calls"]] == ["ls"]
+    assert finished["content"] == "All done."
+    assert [call["function"]["name"] for call in over["tool_calls"]] == ["ls"]
 
 
 async def test_agent_answers_without_tools_on_offer(encoders: Encoders) -> None:

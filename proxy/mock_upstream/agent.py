@@ -5,7 +5,9 @@ rounds of tool calls and results, an answer), driven by a client that runs the t
 `AgentScript` says which calls to make and how many rounds a turn has; `Agent` plays it.
 
 The decision reads the request, as a model would: the rounds already made this turn are the
-assistant messages with tool calls after the last user message. Which call comes next is the
+assistant messages with tool calls after the last user message, and the calls a compaction
+block lists as already made in the running turn (`proxy.core.turn_calls`: the rounds a
+window too small for the turn folded). Which call comes next is the
 mock's own state (the scripted calls in order, across turns), so a proxy that compacts the
 history cannot make the agent repeat itself, and the same requests give the same calls.
 
@@ -32,6 +34,7 @@ from typing import Any, Final
 
 from proxy.core.messages import role, text, tool_calls
 from proxy.core.summary import offered_tools
+from proxy.core.turn_calls import HEADING as CALLS_HEADING
 from proxy.mock_upstream.script import Reply, ToolCall
 
 WORKSPACE: Final = "{workspace}"
@@ -96,7 +99,8 @@ class Agent:
             return 0
         if not self._carries_on(messages[-1]):
             return 0
-        return self.script.rounds_per_turn - _rounds_this_turn(messages)
+        folded = -(-_listed_calls(messages) // self.script.parallel)
+        return self.script.rounds_per_turn - _rounds_this_turn(messages) - folded
 
     def _carries_on(self, last: object) -> bool:
         """Whether the model goes on from `last`: the user's message, a tool's result, or an
@@ -149,6 +153,31 @@ def _rounds_this_turn(messages: Sequence[object]) -> int:
             break
         rounds += role(message) == "assistant" and bool(tool_calls(message))
     return rounds
+
+
+def _listed_calls(messages: Sequence[object]) -> int:
+    """The calls a block in `messages` lists as made in the running turn (the newest block
+    that lists any: it carries every call folded so far). A block the turn it listed has
+    since answered speaks of an earlier turn: the model's answer after it ended that turn."""
+    for at in range(len(messages) - 1, -1, -1):
+        message = messages[at]
+        if not isinstance(message, dict) or CALLS_HEADING not in text(message):
+            continue
+        if any(_is_answer(later) for later in messages[at + 1 :]):
+            return 0
+        body = text(message)
+        section = body[body.index(CALLS_HEADING) + len(CALLS_HEADING) :].lstrip("\n")
+        return sum(line.startswith("- ") for line in section.split("\n\n", 1)[0].split("\n"))
+    return 0
+
+
+def _is_answer(message: object) -> bool:
+    return (
+        isinstance(message, dict)
+        and role(message) == "assistant"
+        and not tool_calls(message)
+        and bool(text(message).strip())
+    )
 
 
 def _workspace(body: Mapping[str, Any]) -> str | None:
