@@ -49,13 +49,13 @@ from bench.config import Api
 from bench.measures import CellResult
 from bench.workloads import UserTurn, Workload, tool_output
 from proxy.core.budget import Budget, request_budget
-from proxy.core.messages import Message
+from proxy.core.messages import Message, role
 from proxy.core.plan.cuts import LEAST_CUT, WORTH_CUTTING
 from proxy.core.policy import ContextPolicy
 from proxy.core.recall import recall_id
 from proxy.core.responses import chat_view
 from proxy.core.tokens import TokenCounter
-from proxy.core.tool_results import clear, trim
+from proxy.core.tool_results import clear, is_cleared, trim
 from proxy.demo.streams import StreamedMessage, StreamedResponse
 from proxy.mock_upstream import MockUpstream, Recorded, responses_prompt_tokens
 
@@ -248,30 +248,54 @@ class MatrixClient:
         input: what `must_stay` counts, every call the turn made, each older result at its
         least and the newest whole (our count, in chat's form). An older result's least is
         the proxy's least cut (`LEAST_CUT`: its note and a few lines) while the request fits
-        the usable input with them, else the placeholder of a cleared result."""
+        the usable input with them, else the placeholder of a cleared result. A result the
+        proxy cleared already counts at its placeholder: cleared results stay cleared (the
+        prompt cache), and the proxy keeps the ones after them cut while that fits."""
         tokens = must_stay(self.workload, turn, self.counter)
-        cut = smallest = placeholders = 0
+        cleared = self._cleared() if ran else set()
+        cut = smallest = placeholders = mixed = mixed_smallest = 0
         for index, call_id in enumerate(ran):
             name, arguments = self.call_args[call_id]
             function = {"name": name, "arguments": arguments}
             call = {"id": call_id, "type": "function", "function": function}
             tokens += self.counter.message({"role": "assistant", "tool_calls": [call]})
+            tokens += self.carried(call_id)
             output = {"role": "tool", "tool_call_id": call_id, "content": self.outputs[call_id]}
             if index == len(ran) - 1:
                 tokens += self.counter.message(output)
                 continue
-            cut += self._least(output)
-            smallest += self.counter.message(self._cut(output, name))
-            placeholders += self.counter.message(self._placeholder(output, name))
+            least, small = self._least(output), self.counter.message(self._cut(output, name))
+            placeholder = self.counter.message(self._placeholder(output, name))
+            cut, smallest, placeholders = cut + least, smallest + small, placeholders + placeholder
+            mixed += placeholder if call_id in cleared else least
+            mixed_smallest += placeholder if call_id in cleared else small
         budget = cell_budget(self.cell.window)
         # Where the cuts can fit, the proxy keeps them: what must stay is then at most the
         # usable input, however their least counts.
         if budget.pressure(tokens + smallest) <= 1.0:
             return min(budget.pressure(tokens + cut), 1.0)
+        if cleared and budget.pressure(tokens + mixed_smallest) <= 1.0:
+            return min(budget.pressure(tokens + mixed), 1.0)
         return budget.pressure(tokens + placeholders)
+
+    def _cleared(self) -> set[str]:
+        """The running turn's results the proxy's last forwarded request carried cleared."""
+        sent = self.forwarded()
+        if not sent:
+            return set()
+        return {
+            str(message.get("tool_call_id"))
+            for message in self.messages(sent[-1].json())
+            if role(message) == "tool" and is_cleared(message)
+        }
 
     def _recall(self, result: Message) -> str | None:
         return recall_id("bench", [result]) if self.cell.recall else None
+
+    def carried(self, call_id: str) -> int:
+        """What the client's history carries with a call beyond chat's form and the proxy
+        forwards with it, never apart (a Responses reasoning item before it)."""
+        return 0
 
     def _least(self, result: Message) -> int:
         """The tokens an older result of the running turn keeps at the proxy's least cut:
@@ -555,6 +579,21 @@ class ResponsesClient(MatrixClient):
             for part in last.get("content") or []
             if part.get("type") == "output_text"
         )
+
+    def carried(self, call_id: str) -> int:
+        # The reasoning items the call's round opened with: the provider refuses a call
+        # without them, so they stay whole with it (as the provider counts them).
+        pending: list[Any] = []
+        for item in self.history:
+            if item.get("type") == "reasoning":
+                pending.append(item)
+            elif item.get("type") == "function_call" and item.get("call_id") == call_id:
+                return responses_prompt_tokens({"input": pending}, self.counter) - (
+                    responses_prompt_tokens({"input": []}, self.counter)
+                )
+            else:
+                pending = []
+        return 0
 
     def history_tokens(self) -> int:
         # As the provider counts items (a reasoning item as a quarter of its ciphertext),
