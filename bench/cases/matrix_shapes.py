@@ -15,6 +15,7 @@ from bench import recall as recall_judge
 from bench.cases.matrix_clients import MatrixClient, cell_budget, must_stay
 from bench.workloads import Workload, WorkloadKey
 from proxy.core.messages import Message, role
+from proxy.core.summary import detach_notes, note_of
 from proxy.core.tokens import TokenCounter
 
 SHAPES: Final[frozenset[WorkloadKey]] = frozenset(
@@ -100,8 +101,24 @@ def _add_history_floors(
             users = [forwarded.user_text(m) for m in messages if role(m) == "user"]
             first = texts[0].partition("\n")[0]
             task = users[0] if users and users[0].partition("\n")[0] == first else ""
-            extra += counter.text(forwarded.block(messages)) + counter.text(task)
+            extra += _block_tokens(messages, counter)
+            extra += counter.message({"role": "user", "content": task}) if task else 0
         floors[index] += budget.pressure(extra)
+
+
+def _block_tokens(messages: list[Message], counter: TokenCounter) -> int:
+    """What the compaction block adds to a forwarded request, as it came: a note standing
+    alone is its message; one merged into a message (opening the running turn's ask) is
+    what that message costs beyond the client's own text, its separator and end line too."""
+    total = 0
+    for message in messages:
+        if note_of(message) is not None:
+            total += counter.message(message)
+            continue
+        rest, notes = detach_notes(message)
+        if notes:
+            total += counter.message(message) - counter.message(rest)
+    return total
 
 
 def unit_share(workload: Workload, window: int, counter: TokenCounter) -> float:
