@@ -108,6 +108,8 @@ class Allowances:
     """The appendix of facts the summary lost."""
     artifacts: int
     """The artifact trail: what removed tool results and calls mentioned."""
+    room: int = 0
+    """What the instructions and tools leave of the usable input."""
 
     @classmethod
     def of(cls, budget: Budget, policy: ContextPolicy, fixed: float = 0.0) -> Allowances:
@@ -122,4 +124,4 @@ class Allowances:
         )
         trail = max(min(ARTIFACTS_FLOOR, room // 8), int(room * ARTIFACTS_SHARE))
         target = budget.tokens_at(in_room(policy.compaction_target, fixed))
-        return cls(target, limit, ledger_size, summary, summary // 2, trail)
+        return cls(target, limit, ledger_size, summary, summary // 2, trail, room)

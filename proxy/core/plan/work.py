@@ -18,7 +18,7 @@ from proxy.core.messages import (
     tool_call_name,
 )
 from proxy.core.plan.results import Compacted, SummaryTask
-from proxy.core.plan.situation import Allowances, Counter, Situation
+from proxy.core.plan.situation import LEDGER_FLOOR, Allowances, Counter, Situation
 from proxy.core.statements import Statement
 from proxy.core.summary import (
     Prefix,
@@ -132,12 +132,16 @@ class Work:
         said_now = self.said(said, None)
         everything = ledger.merged(earlier, said_now)
         # The user's rules, specifics and task may take up to half the allowance again when
-        # they need it (a small window's allowance holds a dozen of them); chatter never, and
-        # nothing in an emergency, which must land at its own, lower target.
+        # they need it (a small window's allowance holds a dozen of them), and everything the
+        # user said, their plain requests too ("Flag it as urgent."), up to the ledger's floor
+        # (at most half the room the instructions leave): where schemas take 0.9 of the
+        # usable input, the allowance (a quarter of that room) held two thirds of ten short
+        # turns. Nothing more in an emergency, which must land at its own, lower target.
         allowance = allowances.ledger
         if self.target_override is None:
             needed = ledger.cost(ledger.above_chatter(everything), count)
-            allowance = max(allowance, min(needed, allowance * 3 // 2))
+            spoken = min(ledger.cost(everything, count), LEDGER_FLOOR, allowances.room // 2)
+            allowance = max(allowance, min(needed, allowance * 3 // 2), spoken)
         chosen = ledger.selected(everything, allowance, count)
         self.ledger_budget = ledger.cost(chosen, count)
         whole = self.trail_of(said, carried, allowances.artifacts)
