@@ -113,37 +113,47 @@ def _older_before(messages: Sequence[Message], at: int) -> int:
 
 
 def _rounds_missing(
-    messages: Sequence[Message], after: int, expected: Sequence[str], older: int
+    messages: Sequence[Message], after: int, expected: Sequence[str], older: int, clears: bool
 ) -> str:
     """What is missing of the `expected` rounds after position `after` ("" if none): a round
     dropped while `older` messages from before the running turn are still forwarded (it
-    could have gone instead), or a round cleared (a running turn's results are cut, never
-    cleared). A running turn bigger than the room left loses its oldest rounds once nothing
-    older is left: that is no miss."""
+    could have gone instead), or a round cleared while the request would fit the usable
+    input with the turn's results cut to their least (`clears`: it would not; a running
+    turn's results are cut before any is a placeholder). A running turn bigger than the room
+    left loses its oldest rounds once nothing older is left: that is no miss."""
     results = {str(m.get("tool_call_id")): m for m in messages[after + 1 :] if role(m) == "tool"}
     dropped = [call for call in expected if call not in results] if older else []
-    cleared = [call for call in expected if call in results and is_cleared(results[call])]
+    cleared = [
+        call for call in expected if call in results and is_cleared(results[call])
+    ] if not clears else []  # fmt: skip
     parts = [f"{len(dropped)} dropped while {older} older messages stayed"] if dropped else []
     parts += [f"{len(cleared)} cleared"] if cleared else []
     return " and ".join(parts) + f" of {len(expected)} rounds" if parts else ""
 
 
 def running_turn(
-    requests: Sequence[Sequence[Message]], texts: Sequence[str], calls: Sequence[Sequence[str]]
+    requests: Sequence[Sequence[Message]],
+    texts: Sequence[str],
+    calls: Sequence[Sequence[str]],
+    clears: Sequence[bool] = (),
 ) -> tuple[Tally, Tally]:
     """Over `requests`, given each user turn's text and its tool calls' ids: (the running
-    turn's user message forwarded in place, every round sent after it held)."""
+    turn's user message forwarded in place, every round sent after it held). `clears`: for
+    each request, whether it would not fit the usable input with the running turn's older
+    results cut to their least (where it would not, they may be placeholders)."""
     user, held = Counting(), Counting()
     for number, (messages, located) in enumerate(
         zip(requests, locate(requests, texts, calls), strict=True), start=1
     ):
+        clearing = clears[number - 1] if number <= len(clears) else False
         if located is None:
             continue
         turn, sent = located
         at = _user_at(messages, texts[turn].partition("\n")[0])
         where = f"request {number} (turn {turn + 1}, {sent} rounds sent)"
         user.add("" if at >= 0 else f"{where}: its user message is not there")
-        missing = _rounds_missing(messages, at, calls[turn][:sent], _older_before(messages, at))
+        older = _older_before(messages, at)
+        missing = _rounds_missing(messages, at, calls[turn][:sent], older, clearing)
         held.add(f"{where}: {missing}" if missing else "")
     return user.tally(), held.tally()
 

@@ -322,6 +322,9 @@ class CellResult:
     """What had to stay of each answered request (instructions, working set, ask, and the
     running turn's rounds at their least: `MatrixClient.running_floor`) as a share of the
     usable input, in the same order as `pressures` (nan where nothing is judged)."""
+    cut_floors: list[float] = field(default_factory=list)
+    """`floors` with the running turn's older results cut to their least, in the same order
+    (`MatrixClient.cut_floor`)."""
     unit_share: float = float("nan")
     """The largest unit of the history a compaction could remove, as a share of the usable
     input: how far a landing may be from where it should land."""

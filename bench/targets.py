@@ -352,7 +352,8 @@ MATRIX_TARGETS = (
     ),
     MatrixTarget(
         "running-rounds",
-        "no cut inside the running turn while anything older is forwarded, fixed-heavy agent",
+        "no round of the running turn dropped while anything older is forwarded, nor a "
+        "placeholder where its cuts fit the usable input, fixed-heavy agent",
         "in every forwarded request",
         lambda cell: cell.workload == "fixed-heavy",
         tally(lambda cell: cell.running_rounds),

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 
-from bench import shapes
+from bench import forwarded, shapes
 from bench.client_targets import CLIENT_TARGETS
 from bench.matrix_checks import MatrixTarget
 from bench.measures import CellResult
 from proxy.core.messages import Message
 from proxy.core.statements import LEDGER_HEADING
+from proxy.core.tool_results import clear
 
 FILES = (
     "I have *added these files to the chat* so you can go ahead and edit them.\n\na.py\n```\nx\n```"
@@ -155,3 +156,18 @@ def test_repeated_calls_unfinished_turns_and_uncached_summaries_miss() -> None:
     assert cached(_cell("fixed-heavy-pastes"))[0] is None  # no summary: not measured
     cell = _cell("fixed-heavy-pastes", summary_prompt_tokens=1_000, summary_cached_tokens=520)
     assert cached(cell) == (False, "52.0% (520 of 1,000 tokens, 0 summaries)")
+
+
+def test_a_running_turn_s_result_may_be_a_placeholder_only_where_its_cuts_do_not_fit() -> None:
+    texts = ["Migrate the jobs."]
+    calls = [
+        {"role": "assistant", "tool_calls": [{"id": c, "type": "function", "function": {}}]}
+        for c in ("c1", "c2")
+    ]
+    result: Message = {"role": "tool", "tool_call_id": "c1", "content": "x " * 400}
+    cleared = clear(result, "read", 400, recall="rc_aaaaaaaaaa")
+    newest: Message = {"role": "tool", "tool_call_id": "c2", "content": "y"}
+    request = [_user(texts[0]), calls[0], cleared, calls[1], newest]
+    for clears, held in (([False], 0), ([True], 1), ((), 0)):
+        _, tally = forwarded.running_turn([request], texts, [["c1", "c2"]], clears)
+        assert (tally.held, tally.judged) == (held, 1), clears

@@ -72,7 +72,7 @@ from bench.cases.matrix_clients import (
     flat_tools,
 )
 from bench.cases.matrix_messages import CLAUDE_MODEL, MessagesClient, anthropic_tools
-from bench.cases.matrix_shapes import judge_shapes
+from bench.cases.matrix_shapes import history_extras, judge_shapes
 from bench.cases.session import _served
 from bench.config import Api, Size
 from bench.measures import Answer, CellResult, Check
@@ -310,7 +310,14 @@ def _judge_forwarded(client: MatrixClient, bodies: list[Any]) -> None:
         texts = [turn.text for turn in workload.turns]
         # The rounds the client's own compactions took out of its history are not sent.
         sent = [[c for c in ids if c not in client.condensed] for ids in client.calls]
-        cell.running_user, cell.running_rounds = forwarded.running_turn(requests, texts, sent)
+        located = forwarded.locate(requests, texts, client.calls)
+        extras = history_extras(client, bodies, requests, located, texts)
+        clears = [
+            floor + extra > 1.0 for floor, extra in zip(cell.cut_floors, extras, strict=True)
+        ] if extras is not None else []  # fmt: skip
+        cell.running_user, cell.running_rounds = forwarded.running_turn(
+            requests, texts, sent, clears
+        )
     listing = workload.turns[0].texts[0] if workload.result_items else None
     if listing and client.calls and client.calls[0]:
         # The first request is the one the result answers: every later one must carry it,

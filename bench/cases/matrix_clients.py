@@ -179,6 +179,9 @@ class MatrixClient:
     """What must stay of the running turn's next request (the instructions, the working set,
     the ask, its rounds at their least) as a share of the usable input; nan where the
     workload judges none."""
+    cut_floor: float = float("nan")
+    """`floor` with the running turn's older results at the proxy's least cut, whether or
+    not they fit: above 1, the proxy may leave them as placeholders (`clear_recent`)."""
 
     def start(self) -> None:
         """The history's start: the API's head, then the workload's preamble."""
@@ -241,7 +244,7 @@ class MatrixClient:
             return
         self.working = [self._user(turn.working_set), self._assistant(self.workload.working_reply)]
         tokens = must_stay(self.workload, turn, self.counter)
-        self.floor = cell_budget(self.cell.window).pressure(tokens)
+        self.floor = self.cut_floor = cell_budget(self.cell.window).pressure(tokens)
 
     def running_floor(self, turn: UserTurn, ran: list[str]) -> float:
         """What must stay of the running turn's next request, as a share of the usable
@@ -270,6 +273,7 @@ class MatrixClient:
             mixed += placeholder if call_id in cleared else least
             mixed_smallest += placeholder if call_id in cleared else small
         budget = cell_budget(self.cell.window)
+        self.cut_floor = budget.pressure(tokens + smallest)
         # Where the cuts can fit, the proxy keeps them: what must stay is then at most the
         # usable input, however their least counts.
         if budget.pressure(tokens + smallest) <= 1.0:
@@ -365,6 +369,7 @@ class MatrixClient:
         self.cell.pressures.append(float(headers.get("x-context-pressure", "nan")))
         self.cell.stated.append(float(headers.get("x-compaction-target", "nan")))
         self.cell.floors.append(self.floor)
+        self.cell.cut_floors.append(self.cut_floor)
 
     def forwarded(self) -> list[Recorded]:
         """The requests the proxy forwarded in this client's API, summary requests apart

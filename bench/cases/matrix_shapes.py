@@ -34,16 +34,28 @@ def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
     ran = workload.turns[: cell.user_turns]
     cell.planned_calls = sum(len(turn.tool_tokens) + 1 for turn in ran)
     cell.unfinished = sum(not final for final in client.finals)
-    if workload.key not in SHAPES:
+    if workload.key not in SHAPES and not workload.running_turn:
         return
     requests = [client.messages(body) for body in bodies]
     texts = [turn.text for turn in workload.turns]
     # Located by every call the client made: a call its own compaction took out later was
     # still sent before that (`condensed_at` says from which request on it is not).
     located = forwarded.locate(requests, texts, client.calls)
-    cell.running_verbatim = shapes.running_verbatim(requests, located, texts)
     if workload.running_turn:
         _add_history_floors(client, bodies, requests, located, texts)
+    if workload.key in SHAPES:  # not the fixed-heavy agent: what had to stay, for its landings
+        _judge_client_shape(client, bodies, requests, located, texts)
+
+
+def _judge_client_shape(
+    client: MatrixClient,
+    bodies: list[Any],
+    requests: list[list[Message]],
+    located: list[shapes.Located],
+    texts: list[str],
+) -> None:
+    workload, cell = client.workload, client.cell
+    cell.running_verbatim = shapes.running_verbatim(requests, located, texts)
     cell.unit_share = unit_share(workload, cell.window, client.counter)
     if any(turn.working_set for turn in workload.turns):
         budget = cell_budget(cell.window)
@@ -82,16 +94,34 @@ def _add_history_floors(
     texts: list[str],
 ) -> None:
     """Add to what had to stay of each request (`CellResult.floors`, counted by the client
-    before it sent it) what the proxy adds (`context_recall`'s schema, once it offers it)
-    and what stands for the history before the running turn: the pinned task (the first
-    turn's ask, opening the conversation) and the compaction block, as forwarded. The
-    block's least is the proxy's to size (it keeps one whole that shrinking could not bring
-    to the target, `fit_block`): the floor takes it as it came, and judges what else the
-    landing kept."""
-    floors, counter = client.cell.floors, client.counter
-    if len(floors) != len(requests):
-        return  # the proxy answered some requests itself (a recall round): no alignment
+    before it sent it) what `history_extras` says the proxy adds to it."""
+    floors = client.cell.floors
+    extras = history_extras(client, bodies, requests, located, texts)
+    if extras is not None:
+        for index, extra in enumerate(extras):
+            floors[index] += extra
+
+
+def history_extras(
+    client: MatrixClient,
+    bodies: list[Any],
+    requests: list[list[Message]],
+    located: list[shapes.Located],
+    texts: list[str],
+) -> list[float] | None:
+    """What each forwarded request carries beyond what the client counted as having to
+    stay of it, as a share of the usable input: what the proxy adds (`context_recall`'s
+    schema, once it offers it) and what stands for the history before the running turn: the
+    pinned task (the first turn's ask, opening the conversation) and the compaction block,
+    as forwarded. The block's least is the proxy's to size (it keeps one whole that
+    shrinking could not bring to the target, `fit_block`): the floor takes it as it came,
+    and judges what else the landing kept. None when the requests and the answers do not
+    align (the proxy answered some requests itself: a recall round)."""
+    counter = client.counter
+    if len(client.cell.floors) != len(requests):
+        return None
     budget = cell_budget(client.cell.window)
+    extras = []
     for index, (messages, where) in enumerate(zip(requests, located, strict=True)):
         extra = client.cell.tool_tokens if recall_judge.offers(bodies[index]) else 0
         if where is not None and where[0] > 0:
@@ -103,7 +133,8 @@ def _add_history_floors(
             task = users[0] if users and users[0].partition("\n")[0] == first else ""
             extra += _block_tokens(messages, counter)
             extra += counter.message({"role": "user", "content": task}) if task else 0
-        floors[index] += budget.pressure(extra)
+        extras.append(budget.pressure(extra))
+    return extras
 
 
 def _block_tokens(messages: list[Message], counter: TokenCounter) -> int:
