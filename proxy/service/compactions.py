@@ -251,7 +251,8 @@ def _user_items(turn: Turn, block: str | None, *, task: Message | None = None) -
     if not users:
         return []
     # The task stands first in the view: the users before it are in the notes it follows.
-    at = next((i for i, m in enumerate(users[:-1]) if m == task), None)
+    # The plan may have cut its paste: it is the client's message its items were read from.
+    at = next((i for i, m in enumerate(users[:-1]) if _is_task(m, task)), None)
     first = [] if at is None else _items(users[at])
     latest = _items(users[-1])
     between = [item for m in users[0 if at is None else at + 1 : -1] for item in _items(m)]
@@ -269,6 +270,14 @@ def _user_items(turn: Turn, block: str | None, *, task: Message | None = None) -
             chosen = between[index + 1 :]
             break
     return [*first, *chosen, *latest]
+
+
+def _is_task(message: Message, task: Message | None) -> bool:
+    """Whether `message` (as the client sent it) is the plan's `task`, itself or the same
+    items with its paste cut."""
+    if task is None:
+        return False
+    return message == task or (ITEMS in message and message.get(ITEMS) == task.get(ITEMS))
 
 
 def _items(message: Message) -> list[Any]:

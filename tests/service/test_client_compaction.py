@@ -121,6 +121,47 @@ async def test_the_answer_is_the_user_messages_then_one_sealed_item(proxy: Runni
     assert [(c["trigger"], c["strategy"]) for c in detail["history"]] == [("client", "summarize")]
 
 
+async def test_a_task_whose_paste_the_plan_cut_keeps_what_it_said() -> None:
+    # The proxy's own compactions cut the pinned task's paste (its checkpoint holds the cut
+    # copy); the answer gives back the client's own message. Matched by equality, the cut
+    # task was not found among them, and what it said was neither given back nor in the
+    # block's ledger (6 of 10 facts lost over a paste-per-turn session at 8k).
+    def pasted(turn: int, fact: str) -> Item:
+        log = "\n".join(
+            f"2026-11-30T{turn:02d}:{n:02d}:07Z worker-{n % 9} relay=eu{turn} delivered={n}"
+            for n in range(40)
+        )
+        return user(f"Look at the relay again.\n\n```\n{log}\n```\n{fact}")
+
+    def rounds(turn: int) -> list[Item]:
+        call = {"type": "function_call", "call_id": f"c{turn}", "name": "read_file"}
+        output = {"type": "function_call_output", "call_id": f"c{turn}"}
+        return [
+            {**call, "arguments": json.dumps({"path": f"src/part{turn}.py"})},
+            {**output, "output": f"v{turn} " * 300},
+            said(f"Read part {turn}."),
+        ]
+
+    facts = [f"We pin payments-sdk at version 3.{n}.2." for n in range(12)]
+    small = ContextPolicy(context_window=8_192, keep_recent=2, output_reserved=1_024)
+    config = replace(CONFIG, policies=ModelPolicies(default=small))
+    items: list[Item] = []
+    lost: list[str] = []
+    async with running(config) as proxy:
+        for turn, fact in enumerate(facts):
+            items += [pasted(turn, fact), *rounds(turn)]
+            # The proxy compacts the client's requests between the client's compactions.
+            await read(await proxy.ask(body([*items, user("Go on.")]), path="responses"))
+            if turn % 3 == 2:  # the client compacts every few turns, as Codex does
+                _, answer = await compacted(proxy, items)
+                items = answer["output"]
+                *users, item = items
+                block = SEALER.open(item["encrypted_content"]).block or ""
+                kept = json.dumps(users) + block
+                lost += [f for f in facts[: turn + 1] if f not in kept and f not in lost]
+    assert lost == []
+
+
 async def test_the_next_requests_carry_the_block_as_a_stable_prefix(proxy: Running) -> None:
     _, answer = await compacted(proxy, history())
     kept = answer["output"]

@@ -12,7 +12,6 @@ from proxy.core import statements as ledger
 from proxy.core.messages import (
     Message,
     is_instruction,
-    is_text_only,
     role,
     text,
     texts,
@@ -297,7 +296,9 @@ def _cappable(work: Work, index: int) -> bool:
     return (
         index != work.pins.running  # what the model answers now goes as the user sent it
         and not is_instruction(message)
-        and is_text_only(message)
+        # A string only: over the Messages API the uncalibrated first count errs high (no
+        # public tokenizer), and as a last resort this cut aider's files message, which fit.
+        and isinstance(message.get("content"), str)
         and not is_trimmed(message)
         and not work.holds_note(message)
     )
