@@ -255,7 +255,7 @@ class ProxyService:
                 access = replace(access, action="command")
                 reply = await self._commands.answer(command, incoming, request)
             else:
-                turn = await self._turns.begin(incoming, request)
+                turn = await self._counts.calibrated(await self._turns.begin(incoming, request))
                 access = replace(access, turn=turn)
                 if (incoming.header("x-compaction") or "").lower() == "off":
                     access = replace(access, action="off")

@@ -236,7 +236,63 @@ async def test_an_estimate_no_answer_calibrated_yet_refuses_nothing(
         second = await sdk.messages.create(**request(user("hi"), system=head, max_tokens=500))
     assert first.usage.input_tokens < 9000 - 500  # under it, by the provider's count
     assert (first.stop_reason, second.stop_reason) == ("end_turn", "end_turn")
-    assert len(upstream.requests) == 2
+    assert [r.path for r in upstream.requests if r.path == MESSAGES] == [MESSAGES] * 2
+
+
+@pytest.mark.parametrize("counts", [True, False])
+async def test_a_first_request_the_estimate_would_compact_is_counted_by_the_provider(
+    upstream_url: str, upstream: MockUpstream, counts: bool
+) -> None:
+    # Over Messages, aider's files at 0.77 of the usable input read as 1.18 by the estimate,
+    # and the first request was truncated. The provider's count calibrates it first; a
+    # provider without count_tokens leaves the estimate, which compacts.
+    upstream.messages_count_tokens = counts
+    settings = make_settings(upstream_url, context={"context_window": 9000})
+    app = create_app(settings)
+    head = " ".join(f"rule{n}: keep the field {n} as written." for n in range(560))
+    turns = [m for n in range(6) for m in (user(f"step {n} " * 40), assistant(f"done {n} " * 40))]
+    async with LifespanManager(app), sdk_on(app, api_key="sk-ant-client") as sdk:
+        raw = await sdk.messages.with_raw_response.create(
+            **request(*turns, user("go on"), system=head, max_tokens=500)
+        )
+        # Calibrated (by the count, or by the answer's usage): the next asks for no count.
+        await app.state.service.settle()
+        await sdk.messages.create(**request(*turns, user("go on"), system=head, max_tokens=500))
+    applied = raw.headers["x-compaction-applied"]
+    paths = [r.path for r in upstream.requests]
+    assert paths[0] == "/v1/messages/count_tokens"
+    assert paths.count("/v1/messages/count_tokens") == 1
+    if counts:
+        assert (applied, paths[1]) == ("none", MESSAGES)
+    else:
+        assert applied != "none"
+
+
+@pytest.mark.parametrize("failure", ["refused", "implausible", "down"])
+async def test_a_count_the_provider_cannot_give_leaves_the_estimate(
+    upstream_url: str, upstream: MockUpstream, failure: str
+) -> None:
+    # A count refused (the client's roles do not alternate: the proxy merges them before it
+    # forwards), one no tokenizer could give (a tenth of ours), or no provider at all: the
+    # estimate stands, and the request is handled as before.
+    upstream.roles_alternate = failure == "refused"
+    upstream.token_factor = 0.1 if failure == "implausible" else 1.0
+    url = "http://127.0.0.1:9/v1" if failure == "down" else upstream_url
+    settings = make_settings(url, context={"context_window": 9000})
+    app = create_app(settings)
+    head = " ".join(f"rule{n}: keep the field {n} as written." for n in range(560))
+    turns = [m for n in range(6) for m in (user(f"step {n} " * 40), assistant(f"done {n} " * 40))]
+    asked = [*turns, user("go on"), user("and then stop")]
+    async with LifespanManager(app), sdk_on(app, api_key="sk-ant-client") as sdk:
+        if failure == "down":
+            with pytest.raises(anthropic.APIStatusError):
+                await sdk.messages.create(**request(*asked, system=head, max_tokens=500))
+            return
+        raw = await sdk.messages.with_raw_response.create(
+            **request(*asked, system=head, max_tokens=500)
+        )
+    assert raw.headers["x-compaction-applied"] != "none"
+    assert upstream.requests[0].path == "/v1/messages/count_tokens"
 
 
 async def test_the_proxys_own_key_goes_upstream_as_x_api_key(
