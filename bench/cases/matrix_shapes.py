@@ -41,8 +41,11 @@ def judge_shapes(client: MatrixClient, bodies: list[Any]) -> None:
     # Located by every call the client made: a call its own compaction took out later was
     # still sent before that (`condensed_at` says from which request on it is not).
     located = forwarded.locate(requests, texts, client.calls)
-    if workload.running_turn:
-        _add_history_floors(client, bodies, requests, located, texts)
+    extras = history_extras(client, bodies, requests, located, texts)
+    if workload.running_turn and extras is not None:
+        # What had to stay, counted by the client before it sent each request, and what
+        # the proxy adds to it.
+        cell.floors[:] = [floor + extra for floor, extra in zip(cell.floors, extras, strict=True)]
     if workload.key in SHAPES:  # not the fixed-heavy agent: what had to stay, for its landings
         _judge_client_shape(client, bodies, requests, located, texts)
 
@@ -84,22 +87,6 @@ def _judge_client_shape(
     if any(turn.sentences for turn in workload.turns):
         said = [turn.sentences for turn in workload.turns]
         cell.earlier_said = shapes.earlier_said(requests, located, said)
-
-
-def _add_history_floors(
-    client: MatrixClient,
-    bodies: list[Any],
-    requests: list[list[Message]],
-    located: list[shapes.Located],
-    texts: list[str],
-) -> None:
-    """Add to what had to stay of each request (`CellResult.floors`, counted by the client
-    before it sent it) what `history_extras` says the proxy adds to it."""
-    floors = client.cell.floors
-    extras = history_extras(client, bodies, requests, located, texts)
-    if extras is not None:
-        for index, extra in enumerate(extras):
-            floors[index] += extra
 
 
 def history_extras(
