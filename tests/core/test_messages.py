@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from proxy.core.messages import (
     answers,
+    is_text_only,
     leading_instructions,
     role,
     text,
+    texts,
     tool_call_ids,
     tool_call_name,
     tool_calls,
+    with_texts,
 )
 from tests.builders import assistant_calls, image_user, tool_result, user
 
@@ -50,3 +53,20 @@ def test_leading_instructions_end_at_the_first_other_message() -> None:
     assert leading_instructions([user("task"), system]) == 0
     assert leading_instructions([system, "not a message", system]) == 1
     assert leading_instructions([]) == 0
+
+
+def test_a_message_s_texts_are_read_and_replaced_in_place() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    parts = {"role": "user", "content": [{"type": "text", "text": "a"}, image, {"text": "b"}]}
+    assert texts(parts) == ["a", "b"]
+    assert with_texts(parts, ["A", "B"])["content"] == [
+        {"type": "text", "text": "A"},
+        image,
+        {"text": "B"},
+    ]
+    assert texts({"role": "user", "content": "words"}) == ["words"]
+    assert with_texts({"role": "user", "content": "words"}, ["new"])["content"] == "new"
+    assert texts({"role": "assistant", "content": None}) == []
+    assert not is_text_only(parts)
+    assert is_text_only({"role": "user", "content": [{"type": "text", "text": "a"}]})
+    assert not is_text_only({"role": "user", "content": []})
