@@ -10,6 +10,7 @@ short turns were in no forwarded message.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from proxy.core import statements as ledger
 from proxy.core.budget import request_budget
@@ -37,10 +38,10 @@ ASKED = (
 NOTE = "The queue consumer caches the error responses and reports progress to the operator. " * 2
 
 
-def schemas(tokens: int) -> dict[str, list[dict[str, object]]]:
+def schemas(tokens: int) -> dict[str, Any]:
     """About `tokens` of tool schemas, in a dozen tools."""
     words = " ".join(f"field{i}" for i in range(tokens // 12))
-    tools = []
+    tools: list[dict[str, Any]] = []
     for n in range(12):
         parameters = {"type": "object", "properties": {"value": {"description": words}}}
         tools.append(
