@@ -95,7 +95,10 @@ def test_then_the_trail_s_paths_and_the_ledger_s_chatter_in_proportion() -> None
     assert result.tokens_after <= target
     note, kept, trail = parts(block)
     assert "summary line" not in note
-    assert note.rstrip().endswith(f"{TOOLS_REMINDER}search.")
+    # The line naming the tools restates what the request offers: it went before anything
+    # the user said; the note's first line (what it stands for) stays.
+    assert TOOLS_REMINDER not in note
+    assert note.startswith("[")
     # Both gave, neither all it could: the trail some paths, the ledger some chatter (the
     # oldest first). Every build id and every statement with a specific in it stands.
     ids = [name for name in trail if name.startswith("build-")]
@@ -110,8 +113,35 @@ def test_then_the_trail_s_paths_and_the_ledger_s_chatter_in_proportion() -> None
     assert result.notes
 
 
+def test_a_trail_s_name_a_kept_statement_quotes_goes_before_anything_else_gives() -> None:
+    # A schema-heavy client's block (6k window, Responses): the user gave the booking id, a
+    # result named it again. The ledger's line says it; the trail's is paid twice.
+    note = f"[27 earlier messages omitted]\n\n{TOOLS_REMINDER}book_flight, purchase_insurance."
+    said = [
+        ledger.Statement("Insure booking BK-20931 for 250 dollars.", ledger.SPECIFIC),
+        ledger.Statement("Use card 4417.", ledger.SPECIFIC),
+        ledger.Statement("Thanks, that went well.", ledger.OTHER),
+    ]
+    trail = ["BK-20931", "INV-5521"]
+    block = ledger.with_ledger(artifacts.with_trail(note, trail), said)
+    count = COUNTER.text
+    bare = ledger.with_ledger(artifacts.with_trail("[27 earlier messages omitted]", trail), said)
+    # Less than the tools line and the quoted id together: both go, the rest stands.
+    quoted = count(artifacts.with_trail("", trail)) - count(artifacts.with_trail("", trail[1:]))
+    excess = count(block) - count(bare) + quoted // 2
+    shortened, fitted_block = fitted(block, excess, count)
+    _, kept, left = parts(fitted_block)
+    assert shortened == "[27 earlier messages omitted]"
+    assert left == ["INV-5521"]
+    assert kept == said
+    # What is quoted nowhere else stays to the last: the invoice id, the user's specifics.
+    _, kept, left = parts(fitted(block, count(block), count)[1])
+    assert left == ["INV-5521"]
+    assert [statement.text for statement in kept] == [s.text for s in said[:2]]
+
+
 def test_a_block_that_cannot_reach_the_target_stays_whole() -> None:
-    result, target, block = compacted("now the next step: " + words(700))
+    result, target, block = compacted("now the next step: " + words(705))
     assert result.tokens_after > target
     assert "fit_block" not in result.steps
     note, kept, trail = parts(block)
@@ -134,9 +164,11 @@ def test_a_block_opening_a_multimodal_message_is_fitted_in_its_part() -> None:
 
 
 def test_a_fit_that_keeps_overshooting_takes_the_barest_block() -> None:
-    # Here each fit made again for its overshoot overshoots again (by a token: the joins),
-    # until the tries run out: the barest block (no summary line, no path, no chatter) fits.
-    asked = situation(agent("now the next step: " + words(690)), window=2000)
+    # Here each fit made again for its overshoot gives the same block again (the overshoot,
+    # a token or two at the joins, is less than the entry that must go), the tries asking
+    # twice as much more each time, until they run out: the barest block (no summary line,
+    # no path, no chatter) fits.
+    asked = situation(agent("now the next step: " + words(665)), window=2000)
     result = run(plan_compaction(asked, COUNTER), SUMMARY)
     assert "fit_block" in result.steps
     assert result.tokens_after <= target_of(asked)

@@ -101,14 +101,18 @@ def _fit_note(
     barest = fitted_to(work.total())
     if barest[3] > 0:
         return None
+    step, previous = 0, None
     for _ in range(CUT_ATTEMPTS):
         note, shortened, messages, over = fitted_to(excess)
         # Each part's saving is counted apart; the message as a whole can count a little
         # more (tokens merge differently at the joins): the overshoot is cut again, and
-        # short of the target after a few tries the barest block is taken.
+        # short of the target after a few tries the barest block is taken. A try that gave
+        # the same block as the one before was absorbed by an entry's size (a statement or
+        # a path goes whole): the next asks twice as much more.
         if over <= 0:
             break
-        excess += over
+        step = max(over, 2 * step if shortened == previous else 0)
+        excess, previous = excess + step, shortened
     else:
         note, shortened, messages, _ = barest
     work.notes.add(note_digest(shortened))
@@ -128,7 +132,21 @@ def fitted(
     note, calls = turn_calls.without_calls(note)
     shortened = _shortened(note, count(note) - excess, count)
     excess -= count(note) - count(shortened)
+    if excess > 0:
+        # The line naming the tools restates what the request offers: it goes before anything
+        # the user said (a schema-heavy client's thirty names cost more than its ledger).
+        bare = _without_reminder(shortened)
+        excess -= count(shortened) - count(bare)
+        shortened = bare
     shortened = turn_calls.with_calls(shortened, calls)
+    if excess > 0:
+        # A name that a statement the ledger keeps to the last quotes (the booking id the
+        # user gave) is not the trail's alone: it goes first, and nothing is lost.
+        floor = ledger.rules(kept) if shed else ledger.above_chatter(kept)
+        quoted = [statement.text for statement in floor]
+        alone = [name for name in trail if not any(name in text for text in quoted)]
+        excess -= artifacts.cost(trail, count) - artifacts.cost(alone, count)
+        trail = alone
     if excess > 0:
         # The rest from the trail and the ledger in proportion to their sizes: each keeps
         # what ranks first in it (the ids and the leading paths; the user's rules,
@@ -139,7 +157,6 @@ def fitted(
         from_trail = math.ceil(excess * trail_cost / max(trail_cost + ledger_cost, 1))
         least = 0 if shed else artifacts.cost(artifacts.identifiers(trail), count)
         trail = artifacts.selected(trail, max(trail_cost - from_trail, least), count)
-        floor = ledger.rules(kept) if shed else ledger.above_chatter(kept)
         least = ledger.cost(floor, count)
         kept = ledger.selected(kept, max(ledger_cost - (excess - from_trail), least), count)
     return shortened, ledger.with_ledger(artifacts.with_trail(shortened, trail), kept)
@@ -171,6 +188,12 @@ def _shortened(note: str, room: int, count: Callable[[str], int]) -> str:
     while lines and (lines[-1].startswith("#") or lines[-1].endswith(":")):
         lines.pop()
     return "\n\n".join(part for part in (header, "\n".join(lines), closing) if part)
+
+
+def _without_reminder(note: str) -> str:
+    """`note` without its closing line naming the tools the model can call, if it has one."""
+    at = note.rfind(f"\n\n{TOOLS_REMINDER}")
+    return note if at == -1 else note[:at]
 
 
 def clipped(summary: str, allowance: int, count: Callable[[str], int]) -> str:
