@@ -292,6 +292,10 @@ class ContextReport:
     tokens: int
     breakdown: dict[str, int] | None
     """Tokens by category (`proxy.core.breakdown`); None where only the numbers were kept."""
+    working_set: int = 0
+    """Our count of the client's working set's latest copy in the request (aider's files
+    message, `proxy.core.working_set`; 0: none): what a client compacting its own history
+    sends again beside what `/v1/responses/compact` gives back."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -88,16 +88,24 @@ def working_set(
     body: Sequence[Message],
     hashes: Sequence[str],
     digest_of: Callable[[Message], bytes] = digest,
+    *,
+    had: bool = False,
 ) -> frozenset[bytes]:
     """The digests of the messages of `body` (chain hashes `hashes`) that are the client's
     working set, given what was `previous`ly seen: large user messages the previous request
     had outside the start both share, sent again (or in a newer version) after it.
-    `digest_of`: the request's digests (`Digests.of`), each message hashed once."""
+    `digest_of`: the request's digests (`Digests.of`), each message hashed once. `had`: the
+    previous request had a working set."""
     if previous is None or not previous.tail:
         return frozenset()
     shared = _shared(previous, hashes)
-    if shared == 0 and previous.tail[0][0] > 0:
+    if shared == 0 and previous.tail[0][0] > 0 and not had:
         return frozenset()  # an edit before what was remembered: nothing can be told apart
+    # With `had`, a history rewritten from its start (the client compacted it, through
+    # `/v1/responses/compact`: its user messages, then the block) has a working set still:
+    # the large messages the previous request ended with, sent again. Told apart only from
+    # the request after, the first request of every compacted history counted the files as
+    # history, and landed above its target.
     moved = {opened for at, _, opened in previous.tail if at >= shared and opened is not None}
     if not moved:
         return frozenset()

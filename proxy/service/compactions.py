@@ -256,7 +256,10 @@ def _user_items(turn: Turn, block: str | None, *, task: Message | None = None) -
     first = [] if at is None else _items(users[at])
     latest = _items(users[-1])
     between = [item for m in users[0 if at is None else at + 1 : -1] for item in _items(m)]
+    # The target is of the room the head leaves, and what the client sends again beside
+    # the compacted history (its working set, `Turn.resent`) is part of that head.
     target = turn.budget.tokens_at(in_room(turn.policy.compaction_target, turn.fixed))
+    target -= turn.resent
     if block is None:
         room = (target - turn.tokens(turn.head)) * USERS_SHARE
     else:

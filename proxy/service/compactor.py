@@ -183,6 +183,7 @@ class Compactor:
             recall=turn.recall_scope,
             whole=True,
             beside=aside,
+            resent=turn.resent,
         )
         plan = await turn.planned(lambda c, m: plan_compaction(situation, c, m))
         summary, used = None, False

@@ -53,6 +53,7 @@ def context_numbers(turn: Turn, outcome: Outcome) -> ContextReport:
         calibration=budget.calibration,
         tokens=outcome.tokens_after,
         breakdown=None,
+        working_set=turn.working_tokens,
     )
 
 

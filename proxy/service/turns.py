@@ -25,7 +25,7 @@ from proxy.core.keys import ClientKeys, presented_key
 from proxy.core.mentions import Mentions
 from proxy.core.messages import Message
 from proxy.core.policy import ContextPolicy, ModelPolicies
-from proxy.core.request import Api, ChatRequest
+from proxy.core.request import Api, ChatRequest, Compaction
 from proxy.core.room import fixed_share
 from proxy.core.session import (
     Checkpoint,
@@ -186,10 +186,28 @@ class Turn:
         latest copy take: the trigger and the preparation level apply to the room they
         leave (`proxy.core.room`), as the plan's target does (`Situation.fixed`)."""
         head = self.counter.messages(self.head) + self.counter.tools(self.tools_body())
+        return fixed_share(self.budget, head + self.working_tokens + self.resent)
+
+    @property
+    def working_tokens(self) -> int:
+        """Our count of the working set's latest copy in the body (0: the body has none)."""
         at = working_set.latest_copy(self.body, self.working)
-        if at is not None:
-            head += self.counter.message(self.body[at])
-        return fixed_share(self.budget, head)
+        return 0 if at is None else self.counter.message(self.body[at])
+
+    @property
+    def resent(self) -> int:
+        """What the client sends again beside the history this request asks the proxy to
+        compact (`/v1/responses/compact`): its working set, which it keeps out of the
+        history (aider-shaped clients, Codex's re-sent context), as large as in the
+        session's last forwarded request. Left out, the compacted history was sized for
+        the room the instructions alone leave: the next request, the working set back
+        beside it, landed above the usable input, and the client compacted again two
+        requests later. 0 for any other request, and for one that carries its own."""
+        if self.request.compaction is not Compaction.COMPACT or self.working_tokens:
+            return 0
+        last = self.state.last_context or {}
+        tokens = last.get("working_set", 0)
+        return tokens if isinstance(tokens, int) and tokens > 0 else 0
 
     async def planned(self, plan: Callable[[TokenCounter, Mentions], _T]) -> _T:
         """`plan(counter, mentions)`, a plan of this turn (the core's, pure): in a worker
@@ -300,7 +318,7 @@ class Turns:
         counter = self.counter(model).for_request(digests)
         await count_off_loop(counter, request)
         state, checkpoint = await self._opened(tenant, session, model, hashes, count=count)
-        working = await self._working(tenant, session, body, hashes, digests)
+        working = await self._working(tenant, session, body, hashes, digests, state)
         window = await self.window(model, credentials, tenant)
         learned = await self._memory.calibration(tenant, model)
         budget = request_budget(
@@ -337,16 +355,19 @@ class Turns:
         body: list[Message],
         hashes: list[str],
         digests: Digests,
+        state: SessionState,
     ) -> frozenset[bytes]:
         """The client's working set in `body`, told from what the session's previous request
-        ended with; this request's end remembered for the next. Only a request whose end
-        holds a large user message asks the store (the rest have none to tell apart)."""
+        ended with (and whether it had one, in `state`); this request's end remembered for
+        the next. Only a request whose end holds a large user message asks the store (the
+        rest have none to tell apart)."""
         now = working_set.seen(body, hashes)
         if session is None or not now.holds_large():
             return frozenset()
         stored = await self._memory.swap_tail(tenant, session, json.dumps(now.to_json()))
         previous = working_set.Seen.parsed(stored)
-        return working_set.working_set(previous, body, hashes, digests.of)
+        had = bool((state.last_context or {}).get("working_set"))
+        return working_set.working_set(previous, body, hashes, digests.of, had=had)
 
     async def _opened(
         self,

@@ -76,6 +76,11 @@ class ContextReport(_Shape):
     breakdown: Breakdown | None = Field(
         description="By category; null when the session's archive has expired."
     )
+    working_set: int = Field(
+        default=0,
+        description="Our count of the client's working set in the request (aider's files "
+        "message: what it re-sends whole every request); 0 when it sends none.",
+    )
 
 
 class SessionDetail(Session):

@@ -69,6 +69,17 @@ def test_an_edit_before_what_was_remembered_finds_nothing() -> None:
     assert found(long, edited) == frozenset()
 
 
+def test_a_history_the_client_compacted_keeps_the_working_set_the_request_before_had() -> None:
+    # A client compacting through `/v1/responses/compact` rewrites its history from the
+    # start: its user messages, then the block; the files go beside it again.
+    long = aider_request(20, 1)
+    compacted = [user("Ask 0."), user("Ask 19."), assistant("[the block]")]
+    after = [*compacted, files(2), assistant("Ok."), user("Ask 20.")]
+    before = seen(long, chain_hashes(long))
+    assert working_set(before, after, chain_hashes(after)) == frozenset()
+    assert working_set(before, after, chain_hashes(after), had=True) == {digest(files(2))}
+
+
 def test_a_short_message_re_sent_is_just_a_message() -> None:
     first = [user("Status?"), assistant("Ok."), user("Ask 0.")]
     second = [

@@ -23,6 +23,7 @@ from proxy.core.compaction_items import block_item, compaction_item
 from proxy.core.plan import NeedsSummary, Situation, plan_compaction
 from proxy.core.policy import ContextPolicy, ModelPolicies
 from proxy.core.request import parse_compact_request
+from proxy.core.room import in_room
 from proxy.core.session import tenant_of
 from proxy.errors import InvalidRequestError
 from proxy.mock_upstream import MockUpstream, Reply
@@ -506,3 +507,55 @@ async def _prepare(proxy: Running, key: str, text: str) -> None:
     stored = json.dumps({"text": text, "model": MODEL, "tokens": 40, "input_tokens": 30})
     # Under the session the requests of these tests name (`Running.ask`'s default).
     assert await proxy.service.memory.put_summary(TENANT, "s1", key, stored)
+
+
+# --- a client that re-sends a working set beside its compacted history ---------------------------
+
+FILES = "I have *added these files to the chat* so you can go ahead and edit them."
+
+
+def files(version: int) -> Item:
+    """aider's files message: eight files of about 580 tokens, the first at `version`."""
+
+    def source(n: int) -> str:
+        mark = version if n == 0 else 1
+        return "\n".join(f"def f{n}_{i}():  # v{mark}\n    return {i}" for i in range(36))
+
+    listed = [f"src/m{n}.py\n```\n{source(n)}\n```" for n in range(8)]
+    return user(FILES + "\n\n" + "\n\n".join(listed))
+
+
+async def test_a_history_compacted_beside_a_working_set_lands_with_it_at_the_target() -> None:
+    # An aider-shaped client compacting through `/v1/responses/compact` (the bench's
+    # client-compacting aider cell, 8k): its files message goes with every request but is
+    # no part of the history it compacts. The proxy sized the compacted history for the room
+    # the instructions alone leave, and told the files apart only from the request after
+    # (the history rewritten from its start): the next request went at 1.006-1.12 of the
+    # usable input against a target of 0.467, and the client compacted again two requests on.
+    policy = ContextPolicy(context_window=8_000, keep_recent=2, output_reserved=500)
+    config = replace(CONFIG, policies=ModelPolicies(default=policy))
+    ack = said("Ok, any changes I propose will be to those files.")
+    done: list[Item] = []
+    async with running(config) as proxy:
+        # Ten turns: more history than the proxy remembers of a request's end (`TAIL`).
+        for turn in range(10):
+            ask = user(f"Change {turn}: make f0_{turn} async. " + "Keep the tests green. " * 20)
+            reply = await proxy.ask(body([*done, files(turn), ack, ask]), path="responses")
+            assert reply.status == 200
+            await read(reply)
+            done += [ask, said(f"Done {turn}: " + "made it async, " * 60)]
+        before = float(header(reply, "x-compaction-target") or "nan")
+        compact, answer = await compacted(proxy, done)
+        assert compact.status == 200
+        ask = user("Change 10: make f0_10 async.")
+        reply = await proxy.ask(body([*answer["output"], files(10), ack, ask]), path="responses")
+        assert reply.status == 200
+        await read(reply)
+    # The files are the working set on that request too: the target is of the room they
+    # leave, as before the compaction; and the compacted history, sized for that room,
+    # lands there with them.
+    target = float(header(reply, "x-compaction-target") or "nan")
+    assert target == pytest.approx(before, abs=0.01)
+    assert target > in_room(policy.compaction_target, 0.3)
+    assert header(reply, "x-compaction-applied") == "none"
+    assert float(header(reply, "x-context-pressure") or "nan") <= target

@@ -76,14 +76,21 @@ class Situation:
     message, which the client keeps): it is condensed with the rest, but the ledger does not
     repeat what it says, and the block gives way to it as to a running turn (`fit_block`)."""
 
+    resent: int = 0
+    """Tokens the client sends again beside the history it asked to have compacted (`whole`
+    through `/v1/responses/compact`): its working set, which it keeps out of that history.
+    Counted with the head, so the block and the user messages given back are sized for the
+    room the next request leaves them."""
+
     def fixed(self, counter: Counter) -> float:
         """The share of the usable input what goes whole with every request takes: the
         leading instructions, the tools, and the working set's latest copy (kept whole while
-        it fits). The compaction's levels and allowances apply to the room they leave
+        it fits), or what the client sends again beside a history it compacts (`resent`).
+        The compaction's levels and allowances apply to the room they leave
         (`proxy.core.room`): counted as history, aider's files kept every request above the
         trigger, and each one compacted again."""
         head = self.messages[: leading_instructions(self.messages)]
-        tokens = counter.messages(head) + counter.tools(self.body)
+        tokens = counter.messages(head) + counter.tools(self.body) + self.resent
         at = latest_copy(self.messages, self.working, self._detached)
         if at is not None:
             tokens += counter.message(self.messages[at])

@@ -108,7 +108,7 @@ class Work:
         self.tools = self.counter.tools(self.situation.body)
         beside = situation.beside
         self.beside = 0 if beside is None else self.counter.message(beside)
-        self.before = self.total() - self.beside
+        self.before = self.total() - self.beside - situation.resent
         self.size_block()
         self.regroup()
 
@@ -311,7 +311,11 @@ class Work:
         return beside is not None and message == beside
 
     def total(self) -> int:
-        return self.counter.messages(self.messages) + self.tools + self.beside
+        """What the next request counts: this one's messages and tools, the message the
+        client keeps beside the block (`Situation.beside`), and what it sends again beside
+        the compacted history (`Situation.resent`)."""
+        resent = self.situation.resent
+        return self.counter.messages(self.messages) + self.tools + self.beside + resent
 
     @property
     def target(self) -> int:
