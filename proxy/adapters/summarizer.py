@@ -146,6 +146,7 @@ class Summarizer:
         count: Callable[[Message], int],
         window: int,
         api: Api = Api.CHAT,
+        calibration: float = 1.0,
     ) -> SummaryResult:
         """The summary of `need.span`: in the prefix form when the brain shares the
         conversation's cache and it fits, else in the transcript form, in parts if the
@@ -155,9 +156,12 @@ class Summarizer:
         `window` is the summarizer model's window when the brain does not configure one;
         `api` is the API the conversation was forwarded by, which the prefix form is sent by
         (the provider cached a Responses API conversation as items, which a chat request
-        would not match).
+        would not match). `calibration` is the conversation's: provider tokens per token of
+        `count`, by which `window` (the conversation model's) is read in our count.
         """
-        window = self._window or window
+        # An uncalibrated approximate count errs high (Claude's by half): compared with the
+        # window as it was, it ruled the prefix form out of every 16k Messages conversation.
+        window = self._window or int(window / calibration)
         prefix = need.prefix if self._shares_cache else None
         refused = False
         if prefix is not None:
@@ -200,6 +204,7 @@ class Summarizer:
         count: Callable[[Message], int],
         window: int,
         api: Api = Api.CHAT,
+        calibration: float = 1.0,
     ) -> SummaryResult:
         """The transcript form: the span in parts that fit `window`, each folding in the
         summary of the parts before it, sent by `api` (chat, or the Messages API)."""

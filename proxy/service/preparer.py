@@ -348,6 +348,7 @@ class Preparer:
                 count=turn.counter.message,
                 window=window,
                 api=turn.request.api,
+                calibration=turn.budget.calibration,
             )
             failed = False
         except SummaryFailedError:

@@ -212,6 +212,28 @@ async def test_the_prefix_form_is_asked_only_when_it_costs_less_than_the_transcr
     assert forms == ["transcript", "transcript", "prefix"]
 
 
+async def test_the_window_is_read_in_our_count_at_the_conversation_s_calibration(
+    provider: MockUpstream, conversation_upstream: AiohttpUpstream
+) -> None:
+    # A Claude model's count is approximate and errs high (by about half on Claude Code's
+    # head) until an answer calibrates it: compared with the window as it was, every 16k
+    # Messages conversation's prefix read as too long for a summary request, and the prefix
+    # form was never asked. The conversation's calibration says what our count is worth.
+    need = needs_summary(long_chat(30))
+    assert need.prefix is not None
+    text = prefix_closing(need.prefix, previous=None, max_tokens=need.max_tokens)
+    closing = COUNTER.message({"role": "user", "content": text})
+    asked = need.prefix.tokens + closing + need.max_tokens
+    window = asked * 10 // 9 * 4 // 5  # a fifth short, in our count
+    forms = []
+    for calibration in (1.0, 0.75):
+        result = await Summarizer(conversation_upstream).summarize(
+            need, credentials=[], count=COUNTER.message, window=window, calibration=calibration
+        )
+        forms.append(result.form)
+    assert forms == ["transcript", "prefix"]
+
+
 # --- The prefix form over the Responses API --------------------------------------------------
 
 RESPONSES_TOOLS = [
