@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from bench import forwarded, shapes
+from bench.cases.matrix_shapes import _pinned_before_block
 from bench.client_targets import CLIENT_TARGETS
 from bench.matrix_checks import MatrixTarget
 from bench.measures import CellResult
@@ -171,3 +172,16 @@ def test_a_running_turn_s_result_may_be_a_placeholder_only_where_its_cuts_do_not
     for clears, held in (([False], 0), ([True], 1), ((), 0)):
         _, tally = forwarded.running_turn([request], texts, [["c1", "c2"]], clears)
         assert (tally.held, tally.judged) == (held, 1), clears
+
+
+def test_a_compacting_client_s_first_message_counts_as_pinned_only_before_the_block() -> None:
+    # After a client's compaction the first user message it gave back is the one the proxy
+    # pins, whichever turn said it: the floor counts it where it stands apart, before the
+    # block (counted as the first turn's ask alone, 7 of 16 landings read as above it).
+    note = {"role": "assistant", "content": BLOCK + "- Use card 4417."}
+    kept = _user("Here is the log of turn 4.")
+    ask = _user("Here is the log of turn 6.")
+    assert _pinned_before_block([kept, note, ask])
+    assert not _pinned_before_block([note, kept, ask])
+    assert not _pinned_before_block([_block("Use card 4417."), ask])
+    assert not _pinned_before_block([{"role": "system", "content": "x"}])

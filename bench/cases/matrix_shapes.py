@@ -118,10 +118,24 @@ def history_extras(
             users = [forwarded.user_text(m) for m in messages if role(m) == "user"]
             first = texts[0].partition("\n")[0]
             task = users[0] if users and users[0].partition("\n")[0] == first else ""
+            if not task and client.cell.client_compacts and len(users) > 1:
+                # The client's compaction gave back its user messages and the block: the
+                # proxy pins the first of them, whichever turn said it.
+                task = users[0] if _pinned_before_block(messages) else ""
             extra += _block_tokens(messages, counter)
             extra += counter.message({"role": "user", "content": task}) if task else 0
         extras.append(budget.pressure(extra))
     return extras
+
+
+def _pinned_before_block(messages: list[Message]) -> bool:
+    """Whether the first user message stands apart, before the compaction block."""
+    for message in messages:
+        if note_of(message) is not None or detach_notes(message)[1]:
+            return False
+        if role(message) == "user":
+            return True
+    return False
 
 
 def _block_tokens(messages: list[Message], counter: TokenCounter) -> int:
