@@ -114,6 +114,14 @@ _STYLE_VERBS = re.compile(
     re.IGNORECASE,
 )
 _ALNUM = re.compile(r"[^\W_]")
+# A name code, a file system or a market uses: snake_case ("quarterly_reports",
+# "MAX_RETRIES"), camelCase ("getUser"), a code in capitals ("TSLA", "SFO"). "Make a folder
+# called quarterly_reports." gives a value the next call needs, as a number or a path would;
+# ranked as chatter, it was the first the ledger gave up where tool schemas leave it little
+# room.
+_CODE_NAME = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z]{2,}\b"
+)
 
 # --- Subjects: when a later statement replaces an earlier one (see the module's rules) ---
 
@@ -235,6 +243,7 @@ def _is_specific(sentence: str) -> bool:
         or _STYLE_VERBS.match(sentence) is not None
         or _PREFERENCE.search(sentence) is not None
         or _NAME.search(sentence) is not None
+        or _CODE_NAME.search(sentence) is not None
         or bool(find_specifics(sentence))
     )
 

@@ -173,6 +173,22 @@ def test_labels_handles_and_style_instructions_are_specifics() -> None:
     assert [s.rank for s in found] == [SPECIFIC, SPECIFIC, SPECIFIC, OTHER]
 
 
+def test_names_code_and_markets_use_are_specifics() -> None:
+    # A tool-schema-heavy client's turns give the values the next call needs in such names:
+    # ranked as chatter, they were the first the ledger gave up where schemas leave it
+    # little room (6k, Responses: "Make a folder called quarterly_reports." went).
+    found = statements_of(
+        [
+            user("Make a folder called quarterly_reports."),
+            user("Rename getUser to fetchUser."),
+            user("Add TSLA and AMD to my watchlist."),
+            user("Flag it as urgent."),
+            user("A first part of the work went well."),
+        ]
+    )
+    assert [s.rank for s in found] == [SPECIFIC, SPECIFIC, SPECIFIC, OTHER, OTHER]
+
+
 def test_a_later_status_replaces_the_earlier_whatever_its_words() -> None:
     # A label that names one state: there is one status at a time.
     said = statements_of(
