@@ -183,8 +183,9 @@ class Turn:
     @property
     def fixed(self) -> float:
         """The share of the usable input the instructions, the tools and the working set's
-        latest copy take: the trigger and the preparation level apply to the room they
-        leave (`proxy.core.room`), as the plan's target does (`Situation.fixed`)."""
+        latest copy take (or, for a history to compact, the working set the client sends
+        again beside it: `resent`): the trigger and the preparation level apply to the room
+        they leave (`proxy.core.room`), as the plan's target does (`Situation.fixed`)."""
         head = self.counter.messages(self.head) + self.counter.tools(self.tools_body())
         return fixed_share(self.budget, head + self.working_tokens + self.resent)
 
