@@ -124,7 +124,9 @@ def fitted(
     block: str, excess: int, count: Callable[[str], int], *, shed: bool = False
 ) -> tuple[str, str]:
     """`block` less `excess` tokens where it can be (see `fit_block`): its text without
-    ledger and trail (the running turn's calls listed in it), and the block."""
+    ledger and trail (the running turn's calls listed in it), and the block. What goes, in
+    order: the summary's last lines, the line naming the tools, the trail's names a kept
+    statement quotes, then the trail's and the ledger's lowest-ranked entries."""
     rest, kept = ledger.without_ledger(block)
     note, trail = artifacts.without_trail(rest)
     # The running turn's calls stay listed whatever else goes: a call no message and no line
@@ -139,10 +141,10 @@ def fitted(
         excess -= count(shortened) - count(bare)
         shortened = bare
     shortened = turn_calls.with_calls(shortened, calls)
+    floor = ledger.rules(kept) if shed else ledger.above_chatter(kept)
     if excess > 0:
         # A name that a statement the ledger keeps to the last quotes (the booking id the
         # user gave) is not the trail's alone: it goes first, and nothing is lost.
-        floor = ledger.rules(kept) if shed else ledger.above_chatter(kept)
         quoted = [statement.text for statement in floor]
         alone = [name for name in trail if not any(name in text for text in quoted)]
         excess -= artifacts.cost(trail, count) - artifacts.cost(alone, count)
