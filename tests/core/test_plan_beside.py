@@ -119,6 +119,21 @@ def test_with_recall_a_block_over_the_usable_input_keeps_only_what_fits() -> Non
     assert sorted(s.text for s in kept if s.rank == ledger.RULE) == sorted(rules)
 
 
+def test_a_block_a_little_over_the_usable_input_sheds_only_what_that_needs() -> None:
+    # The recall tool's schema put the request a few tokens over the usable input, where the
+    # barest block would have reached the target: shed to the target, it lost every one of
+    # the user's specifics (17 of them) for a few tokens the summary's lines give (a
+    # schema-heavy client's 6k cell over Responses lost the values its next calls needed).
+    latest = user("Now the next step: " + words(120))
+    messages = [*agent(), latest]
+    whole, _ = condensed(messages, latest, window=500)
+    shed, asked = condensed(messages, latest, window=500, recall=SCOPE)
+    assert shed.fits
+    assert shed.tokens_after > target_of(asked)
+    assert shed.steps[-1] == "fit_block"
+    assert parts(shed.block) == parts(whole.block)  # every statement, every name
+
+
 def test_an_earlier_block_too_big_to_shorten_to_the_target_stays_whole() -> None:
     latest = user("Now the next step: " + words(300))
     block = condensed([*agent(), latest], latest, window=4000, recall=SCOPE)[0].block or ""

@@ -74,12 +74,12 @@ def _release_running(work: Work) -> None:
 
 def _shed_block(work: Work) -> None:
     """Last, when nothing else brought the request within the usable input and the block names
-    the recall id of what it stands for (`may_shed`): `fit_block` down to the ledger's rules
-    and no trail; what the block lists verbatim is then a recall away. Above the target
-    alone, the block keeps the user's facts: a request that fits is forwarded as it is
-    rather than compacted again for little (`layers._frees_enough`)."""
+    the recall id of what it stands for (`may_shed`): `fit_block` towards the ledger's rules
+    and no trail, as far as the usable input needs and no further; what the block no longer
+    lists is then a recall away. Above the target alone, the block keeps the user's facts: a
+    request that fits is forwarded as it is rather than compacted again for little
+    (`layers._frees_enough`). Shed to the target where the barest block reached it, a
+    request 65 tokens over the usable input (our count) lost its whole ledger, 331 tokens:
+    the three values a schema-heavy client's next calls needed."""
     if may_shed(work):
-        fit_block(work, shed=True)
-    if may_shed(work):
-        # The target out of reach even so: as far as the usable input needs.
         fit_block(work, shed=True, goal=work.allowances.limit)
